@@ -1,0 +1,107 @@
+# FlashAttention-2 forward, built step by step. `make help` lists the targets.
+
+CUDA       ?= /usr/local/cuda
+NVCC       ?= $(CUDA)/bin/nvcc
+CC         ?= gcc
+BUILD      := build
+PYTHON     ?= python3
+
+# GPU architecture: the first GPU's compute capability (ARCH=90 to override);
+# with no GPU, build for every sm_80+ family so the steps still compile.
+ARCH       ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
+ARCHS      := $(if $(strip $(ARCH)),$(ARCH),80 86 89 90)
+GENCODE    := $(foreach a,$(ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+
+CFLAGS     := -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -fPIC -fopenmp -I$(CUDA)/include
+NVCCFLAGS  := -O3 -std=c++17 -lineinfo $(GENCODE) -Xcompiler -fPIC,-Wall
+CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm
+
+STEP_DIRS  := $(sort $(wildcard steps/[0-9][0-9]_*))
+STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
+GPU_IDS    := $(filter-out 00,$(STEP_IDS))
+
+HARNESS    := cli data reference check buffers device util validate
+HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
+
+step       ?=
+STEP_DIR    = $(wildcard steps/$(step)_*)
+
+.PHONY: help all run diff test clean check-step
+.DEFAULT_GOAL := help
+
+help:
+	@echo "make all                      build every step (binary + shared library) and the tests"
+	@echo "make step=NN run [ARGS=...]   check and time one step (ARGS: see build/stepNN/fa2 --help)"
+	@echo "make step=NN diff             what step NN changed since the step before it"
+	@echo "make test                     CPU tests, every step's build, and the GPU matrix on a GPU"
+	@echo "make clean                    remove build/"
+	@echo "steps: $(notdir $(STEP_DIRS))"
+	@echo "ARCH: $(ARCHS) (override with ARCH=90)"
+
+all: $(foreach i,$(STEP_IDS),$(BUILD)/step$(i)/fa2 $(BUILD)/step$(i)/libfa2.so) test-programs
+
+check-step:
+	@if [ -z "$(step)" ] || [ -z "$(STEP_DIR)" ]; then \
+	  echo "error: step='$(step)' is not allowed (allowed: $(STEP_IDS))"; exit 2; fi
+
+run: check-step
+	@$(MAKE) -s $(BUILD)/step$(step)/fa2
+	@$(BUILD)/step$(step)/fa2 $(ARGS)
+
+diff: check-step
+	@prev=$$(ls -d steps/*/ | sed 's:/$$::' | awk -v s="$(STEP_DIR)" '$$0==s{print p} {p=$$0}'); \
+	if [ -z "$$prev" ]; then echo "step $(step) is the first step: nothing to diff against"; exit 0; fi; \
+	git --no-pager diff --no-index --stat $$prev/kernel.c* $(STEP_DIR)/kernel.c* ; \
+	git --no-pager diff --no-index --color=auto $$prev/kernel.c* $(STEP_DIR)/kernel.c* || true
+
+# ---- harness ----
+$(BUILD)/common/%.o: common/%.c common/*.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+# ---- steps: one kernel file each -> build/stepNN/{kernel.o,fa2,libfa2.so} ----
+$(BUILD)/step00/kernel.o: $(wildcard steps/00_*/kernel.c) common/*.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/step00/fa2: $(BUILD)/step00/kernel.o $(BUILD)/common/main.o $(HARNESS_O)
+	$(CC) -fopenmp $^ $(CUDA_LIBS) -o $@
+
+$(BUILD)/step00/libfa2.so: $(BUILD)/step00/kernel.o $(BUILD)/common/validate.o
+	$(CC) -shared -fopenmp $^ -lm -o $@
+
+define GPU_STEP
+$(BUILD)/step$(1)/kernel.o: $(wildcard steps/$(1)_*/kernel.cu) common/*.h
+	@mkdir -p $$(dir $$@)
+	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
+
+$(BUILD)/step$(1)/fa2: $(BUILD)/step$(1)/kernel.o $(BUILD)/common/main.o $(HARNESS_O)
+	$(NVCC) $(GENCODE) -Xcompiler -fopenmp $$^ $(CUDA_LIBS) -o $$@
+
+$(BUILD)/step$(1)/libfa2.so: $(BUILD)/step$(1)/kernel.o $(BUILD)/common/validate.o
+	$(NVCC) $(GENCODE) -shared $$^ $(CUDA_LIBS) -o $$@
+endef
+$(foreach i,$(GPU_IDS),$(eval $(call GPU_STEP,$(i))))
+
+# ---- tests ----
+TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_checker $(BUILD)/tests/gpu_matrix
+.PHONY: test-programs
+test-programs: $(TEST_PROGRAMS)
+
+$(BUILD)/tests/test_cpu: tests/test_cpu.c $(BUILD)/step00/kernel.o $(HARNESS_O) common/*.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/step00/kernel.o $(HARNESS_O) $(CUDA_LIBS) -o $@
+
+$(BUILD)/tests/test_checker: tests/test_checker.c $(HARNESS_O) common/*.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
+
+$(BUILD)/tests/gpu_matrix: tests/gpu_matrix.c $(HARNESS_O) common/*.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
+
+test:
+	@bash tests/run.sh
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,88 @@
+/* buffers.c - the tensors one forward call works on: inputs copied to where the
+ * step runs (GPU or host), outputs poisoned with NaN so that an element the
+ * step never writes fails the check. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu)
+{
+    const fa2_params *p = &pr->p;
+    size_t nq = fa2_numel_q(p) * 2, nkv = fa2_numel_kv(p) * 2, nlse = fa2_numel_lse(p) * sizeof(float);
+    *run = *p;
+    if (on_gpu) {
+        void *q = fa2_device_alloc(nq), *k = fa2_device_alloc(nkv), *v = fa2_device_alloc(nkv);
+        fa2_device_upload(q, pr->q, nq);
+        fa2_device_upload(k, pr->k, nkv);
+        fa2_device_upload(v, pr->v, nkv);
+        run->q = q;
+        run->k = k;
+        run->v = v;
+        run->o = fa2_device_alloc(nq);
+        run->lse = fa2_device_alloc(nlse);
+    } else {
+        run->o = malloc(nq);
+        run->lse = malloc(nlse);
+        if (!run->o || !run->lse) abort();
+    }
+    fa2_buffers_poison(run, on_gpu);
+}
+
+void fa2_buffers_poison(fa2_params *run, int on_gpu)
+{
+    size_t nq = fa2_numel_q(run) * 2, nlse = fa2_numel_lse(run) * sizeof(float);
+    if (on_gpu) {
+        fa2_device_poison(run->o, nq);
+        fa2_device_poison(run->lse, nlse);
+    } else {
+        memset(run->o, 0xff, nq); /* all bits set: NaN in fp16, bf16 and fp32 */
+        memset(run->lse, 0xff, nlse);
+    }
+}
+
+void fa2_buffers_fetch(const fa2_params *run, int on_gpu, uint16_t *o_host, float *lse_host)
+{
+    size_t nq = fa2_numel_q(run) * 2, nlse = fa2_numel_lse(run) * sizeof(float);
+    if (on_gpu) {
+        fa2_device_sync();
+        fa2_device_download(o_host, run->o, nq);
+        fa2_device_download(lse_host, run->lse, nlse);
+    } else {
+        memcpy(o_host, run->o, nq);
+        memcpy(lse_host, run->lse, nlse);
+    }
+}
+
+void fa2_buffers_free(fa2_params *run, int on_gpu)
+{
+    if (on_gpu) {
+        fa2_device_free((void *)run->q);
+        fa2_device_free((void *)run->k);
+        fa2_device_free((void *)run->v);
+        fa2_device_free(run->o);
+        fa2_device_free(run->lse);
+    } else {
+        free(run->o);
+        free(run->lse);
+    }
+    run->q = run->k = run->v = run->o = NULL;
+    run->lse = NULL;
+}
+
+fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const uint16_t *o_host,
+                                   const float *lse_host)
+{
+    fa2_row_set rs;
+    if (mode == CHECK_FULL) fa2_rows_all(&rs, &pr->p);
+    else fa2_rows_sample(&rs, &pr->p);
+    double *o_ref = malloc(sizeof(double) * (size_t)rs.n * pr->p.head_dim);
+    double *lse_ref = malloc(sizeof(double) * (size_t)rs.n);
+    if (!o_ref || !lse_ref) abort();
+    fa2_reference_rows(pr, &rs, o_ref, lse_ref);
+    fa2_check_result chk = fa2_check(&pr->p, &rs, o_host, lse_host, o_ref, lse_ref);
+    free(o_ref);
+    free(lse_ref);
+    fa2_rows_free(&rs);
+    return chk;
+}

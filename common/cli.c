@@ -1,0 +1,167 @@
+/* cli.c - command-line options. Every bad input gets one line naming the flag,
+ * the value and what is allowed, and exit code 2, before anything is allocated. */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+
+#define MAX_TENSOR_ELEMS (1LL << 31) /* keeps every index in the kernels within int64 and memory sane */
+
+static const char *usage_text =
+    "usage: fa2 [options]   (one FlashAttention-2 forward: check against fp64, then time)\n"
+    "  --batch N          batch size                                (default 2)\n"
+    "  --heads N          query heads                               (default 8)\n"
+    "  --kv-heads N       key/value heads, a divisor of --heads (GQA) (default = --heads)\n"
+    "  --seqlen N         sets --seqlen-q and --seqlen-k            (default 1024)\n"
+    "  --seqlen-q N       query rows\n"
+    "  --seqlen-k N       key rows\n"
+    "  --dim N            head dimension                            (default 128)\n"
+    "  --causal           bottom-right causal mask, as FlashAttention-2\n"
+    "  --dtype T          fp16 | bf16                               (default fp16)\n"
+    "  --seed N           input seed                                (default 1)\n"
+    "  --scale X          input scale; larger makes the softmax peaky (default 1)\n"
+    "  --warmup N         untimed launches                          (default 10 GPU, 0 CPU)\n"
+    "  --iters N          timed launches, median reported           (default 100 GPU, 3 CPU)\n"
+    "  --check M          full | sample | off                       (default sample:\n"
+    "                     every row of small problems, a spread of rows of large ones)\n"
+    "  --csv FILE         append one result row to FILE\n"
+    "  --help             this text\n"
+    "exit codes: 0 pass, 1 check failed, 2 bad input or unsupported params, 3 no usable GPU\n";
+
+static void die_usage(const char *flag, const char *value, const char *allowed)
+{
+    fprintf(stderr, "error: %s: '%s' is not allowed (allowed: %s)\n", flag, value, allowed);
+    exit(FA2_EXIT_USAGE);
+}
+
+static long long parse_int(const char *flag, const char *s, long long lo, long long hi)
+{
+    char *end = NULL, allowed[96];
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end != '\0' || v < lo || v > hi) {
+        snprintf(allowed, sizeof allowed, "an integer from %lld to %lld", lo, hi);
+        die_usage(flag, s, allowed);
+    }
+    return v;
+}
+
+static double parse_real(const char *flag, const char *s, double lo, double hi)
+{
+    char *end = NULL, allowed[96];
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || end == s || *end != '\0' || !isfinite(v) || v < lo || v > hi) {
+        snprintf(allowed, sizeof allowed, "a number from %g to %g", lo, hi);
+        die_usage(flag, s, allowed);
+    }
+    return v;
+}
+
+const char *fa2_dtype_name(fa2_dtype t) { return t == FA2_BF16 ? "bf16" : "fp16"; }
+
+void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
+{
+    int heads_kv = -1, seqlen = 1024, seqlen_q = -1, seqlen_k = -1, warmup = -1, iters = -1;
+    memset(opt, 0, sizeof *opt);
+    opt->batch = 2;
+    opt->heads_q = 8;
+    opt->head_dim = 128;
+    opt->dtype = FA2_FP16;
+    opt->seed = 1;
+    opt->input_scale = 1.0f;
+    opt->check = CHECK_SAMPLE;
+
+    for (int i = 1; i < argc; i++) {
+        char flag[64];
+        const char *arg = argv[i], *val = NULL, *eq = strchr(arg, '=');
+        if (strncmp(arg, "--", 2) != 0) die_usage("argument", arg, "options starting with --, see --help");
+        if (eq) {
+            snprintf(flag, sizeof flag, "%.*s", (int)(eq - arg), arg);
+            val = eq + 1;
+        } else {
+            snprintf(flag, sizeof flag, "%s", arg);
+        }
+        if (!strcmp(flag, "--help")) { fputs(usage_text, stdout); exit(0); }
+        if (!strcmp(flag, "--causal")) {
+            if (val) die_usage("--causal", val, "no value: --causal alone turns the mask on");
+            opt->causal = 1;
+            continue;
+        }
+        static const char *const with_value[] = {"--batch", "--heads", "--kv-heads", "--seqlen", "--seqlen-q",
+                                                 "--seqlen-k", "--dim", "--dtype", "--seed", "--scale",
+                                                 "--warmup", "--iters", "--check", "--csv"};
+        int known = 0;
+        for (size_t j = 0; j < sizeof with_value / sizeof *with_value; j++) known |= !strcmp(flag, with_value[j]);
+        if (!known) die_usage("option", flag, "the options listed by --help");
+        if (!val) {
+            if (i + 1 >= argc) die_usage(flag, "", "a value after the flag");
+            val = argv[++i];
+        }
+        if (!strcmp(flag, "--batch")) opt->batch = (int)parse_int(flag, val, 1, 65535);
+        else if (!strcmp(flag, "--heads")) opt->heads_q = (int)parse_int(flag, val, 1, 1024);
+        else if (!strcmp(flag, "--kv-heads")) heads_kv = (int)parse_int(flag, val, 1, 1024);
+        else if (!strcmp(flag, "--seqlen")) seqlen = (int)parse_int(flag, val, 1, 1 << 20);
+        else if (!strcmp(flag, "--seqlen-q")) seqlen_q = (int)parse_int(flag, val, 1, 1 << 20);
+        else if (!strcmp(flag, "--seqlen-k")) seqlen_k = (int)parse_int(flag, val, 1, 1 << 20);
+        else if (!strcmp(flag, "--dim")) opt->head_dim = (int)parse_int(flag, val, 1, 512);
+        else if (!strcmp(flag, "--seed")) opt->seed = (uint64_t)parse_int(flag, val, 0, INT64_MAX);
+        else if (!strcmp(flag, "--scale")) opt->input_scale = (float)parse_real(flag, val, 1e-3, 100.0);
+        else if (!strcmp(flag, "--warmup")) warmup = (int)parse_int(flag, val, 0, 100000);
+        else if (!strcmp(flag, "--iters")) iters = (int)parse_int(flag, val, 1, 100000);
+        else if (!strcmp(flag, "--csv")) {
+            if (!*val) die_usage(flag, val, "a file path");
+            opt->csv_path = val;
+        } else if (!strcmp(flag, "--dtype")) {
+            if (!strcmp(val, "fp16")) opt->dtype = FA2_FP16;
+            else if (!strcmp(val, "bf16")) opt->dtype = FA2_BF16;
+            else die_usage(flag, val, "fp16, bf16");
+        } else if (!strcmp(flag, "--check")) {
+            if (!strcmp(val, "full")) opt->check = CHECK_FULL;
+            else if (!strcmp(val, "sample")) opt->check = CHECK_SAMPLE;
+            else if (!strcmp(val, "off")) opt->check = CHECK_OFF;
+            else die_usage(flag, val, "full, sample, off");
+        }
+    }
+
+    opt->heads_kv = heads_kv < 0 ? opt->heads_q : heads_kv;
+    if (opt->heads_q % opt->heads_kv != 0) {
+        char v[32], allowed[64];
+        snprintf(v, sizeof v, "%d", opt->heads_kv);
+        snprintf(allowed, sizeof allowed, "a divisor of --heads %d", opt->heads_q);
+        die_usage("--kv-heads", v, allowed);
+    }
+    opt->seqlen_q = seqlen_q < 0 ? seqlen : seqlen_q;
+    opt->seqlen_k = seqlen_k < 0 ? seqlen : seqlen_k;
+    opt->warmup = warmup >= 0 ? warmup : (runs_on_gpu ? 10 : 0);
+    opt->iters = iters >= 0 ? iters : (runs_on_gpu ? 100 : 3);
+
+    long long q_elems = (long long)opt->batch * opt->seqlen_q * opt->heads_q * opt->head_dim;
+    long long kv_elems = (long long)opt->batch * opt->seqlen_k * opt->heads_kv * opt->head_dim;
+    if (q_elems > MAX_TENSOR_ELEMS || kv_elems > MAX_TENSOR_ELEMS) {
+        char v[160];
+        snprintf(v, sizeof v, "batch %d x seqlen %d x heads %d x dim %d", opt->batch,
+                 q_elems > MAX_TENSOR_ELEMS ? opt->seqlen_q : opt->seqlen_k,
+                 q_elems > MAX_TENSOR_ELEMS ? opt->heads_q : opt->heads_kv, opt->head_dim);
+        die_usage("shape", v, "at most 2^31 elements per tensor");
+    }
+}
+
+void fa2_params_from_options(const fa2_options *opt, fa2_params *p)
+{
+    memset(p, 0, sizeof *p);
+    p->batch = opt->batch;
+    p->heads_q = opt->heads_q;
+    p->heads_kv = opt->heads_kv;
+    p->seqlen_q = opt->seqlen_q;
+    p->seqlen_k = opt->seqlen_k;
+    p->head_dim = opt->head_dim;
+    p->causal = opt->causal;
+    p->dtype = opt->dtype;
+    p->softmax_scale = (float)(1.0 / sqrt((double)opt->head_dim));
+    fa2_set_dense_strides(p);
+}

@@ -1,0 +1,79 @@
+/* device.c - GPU memory and timing for the harness, through the CUDA runtime. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_check.h"
+#include "harness.h"
+
+int fa2_device_open(fa2_device_info *info, const char *step_name)
+{
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        fprintf(stderr, "error: no CUDA GPU found (%s): %s needs an sm_80 or newer GPU; step 00 runs on the CPU\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", step_name);
+        return FA2_EXIT_NO_DEVICE;
+    }
+    struct cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 8) {
+        fprintf(stderr, "error: GPU %s is sm_%d%d: %s needs sm_80 or newer (mma.sync bf16, cp.async)\n",
+                prop.name, prop.major, prop.minor, step_name);
+        return FA2_EXIT_NO_DEVICE;
+    }
+    memset(info, 0, sizeof *info);
+    snprintf(info->name, sizeof info->name, "%.127s", prop.name);
+    info->sm_major = prop.major;
+    info->sm_minor = prop.minor;
+    info->sm_count = prop.multiProcessorCount;
+    info->l2_bytes = (size_t)prop.l2CacheSize;
+    return 0;
+}
+
+void *fa2_device_alloc(size_t bytes)
+{
+    void *ptr = NULL;
+    CUDA_CHECK(cudaMalloc(&ptr, bytes ? bytes : 1));
+    return ptr;
+}
+
+void fa2_device_free(void *ptr) { CUDA_CHECK(cudaFree(ptr)); }
+void fa2_device_upload(void *dst, const void *src, size_t bytes) { CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
+void fa2_device_download(void *dst, const void *src, size_t bytes) { CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
+void fa2_device_poison(void *ptr, size_t bytes) { CUDA_CHECK(cudaMemset(ptr, 0xff, bytes)); }
+void fa2_device_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
+
+int fa2_time_gpu(int (*forward)(const fa2_params *, void *), const fa2_params *p, const fa2_device_info *dev,
+                 int warmup, int iters, double *ms_out)
+{
+    size_t flush_bytes = 2 * (dev->l2_bytes ? dev->l2_bytes : (64u << 20));
+    void *flush = fa2_device_alloc(flush_bytes);
+    cudaEvent_t *start = malloc(sizeof(cudaEvent_t) * (size_t)iters);
+    cudaEvent_t *stop = malloc(sizeof(cudaEvent_t) * (size_t)iters);
+    if (!start || !stop) abort();
+    for (int i = 0; i < iters; i++) {
+        CUDA_CHECK(cudaEventCreate(&start[i]));
+        CUDA_CHECK(cudaEventCreate(&stop[i]));
+    }
+    int rc = 0;
+    for (int i = 0; i < warmup && !rc; i++) rc = forward(p, NULL);
+    for (int i = 0; i < iters && !rc; i++) {
+        CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, NULL)); /* evicts Q, K, V from L2 */
+        CUDA_CHECK(cudaEventRecord(start[i], NULL));
+        rc = forward(p, NULL);
+        CUDA_CHECK(cudaEventRecord(stop[i], NULL));
+    }
+    CUDA_CHECK(cudaDeviceSynchronize());
+    for (int i = 0; i < iters; i++) {
+        float ms = 0;
+        if (!rc) CUDA_CHECK(cudaEventElapsedTime(&ms, start[i], stop[i]));
+        ms_out[i] = ms;
+        CUDA_CHECK(cudaEventDestroy(start[i]));
+        CUDA_CHECK(cudaEventDestroy(stop[i]));
+    }
+    free(start);
+    free(stop);
+    fa2_device_free(flush);
+    return rc;
+}

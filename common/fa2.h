@@ -1,0 +1,85 @@
+/* fa2.h - the one ABI every step exports (plain C, no CUDA headers needed).
+ *
+ * Each step directory builds one kernel file into
+ *   build/stepNN/fa2        the harness binary (common/ + the step), and
+ *   build/stepNN/libfa2.so  a shared library exporting exactly these symbols,
+ * so the same harness, the test matrix and Python (ctypes, next to torch) can
+ * drive every step the same way.
+ *
+ * Layout: every tensor is [batch, seqlen, heads, head_dim] by default, described
+ * by element strides, as FlashAttention-2 takes it. head_dim is contiguous.
+ * LSE is float [batch, heads_q, seqlen_q], contiguous.
+ *
+ * Semantics:
+ *   S = softmax_scale * Q K^T, P = softmax(S) along keys, O = P V.
+ *   GQA: query head h reads key/value head h / (heads_q / heads_kv).
+ *   causal: query row i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right
+ *   aligned, as FA2). A row that sees no key writes O = 0 and LSE = -inf.
+ *   LSE is the natural-log logsumexp of the scaled scores of the row.
+ */
+#ifndef FA2_H
+#define FA2_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum { FA2_FP16 = 0, FA2_BF16 = 1 } fa2_dtype;
+
+typedef struct {
+    const void *q;  /* [batch, seqlen_q, heads_q,  head_dim] elements of dtype */
+    const void *k;  /* [batch, seqlen_k, heads_kv, head_dim] */
+    const void *v;  /* [batch, seqlen_k, heads_kv, head_dim] */
+    void *o;        /* [batch, seqlen_q, heads_q,  head_dim] */
+    float *lse;     /* [batch, heads_q, seqlen_q], or NULL if not wanted */
+
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+
+    /* element strides (not bytes) */
+    int64_t q_batch_stride, q_row_stride, q_head_stride;
+    int64_t k_batch_stride, k_row_stride, k_head_stride;
+    int64_t v_batch_stride, v_row_stride, v_head_stride;
+    int64_t o_batch_stride, o_row_stride, o_head_stride;
+
+    float softmax_scale; /* usually 1 / sqrt(head_dim) */
+    int causal;          /* 0 or 1 */
+    fa2_dtype dtype;
+} fa2_params;
+
+/* Error codes returned by fa2_forward. */
+enum {
+    FA2_OK = 0,
+    FA2_ERR_UNSUPPORTED = 1, /* fa2_supports() says no; nothing was computed */
+    FA2_ERR_LAUNCH = 2,      /* the CUDA launch or a CUDA call failed */
+};
+
+/* Runs the forward pass. For a GPU step all pointers are device pointers and
+ * `stream` is a cudaStream_t (NULL = default stream); the call is asynchronous.
+ * For the CPU step (00) the pointers are host pointers and stream is ignored. */
+int fa2_forward(const fa2_params *p, void *stream);
+
+/* 1 if the step can compute these params; otherwise 0, and a one-line reason in
+ * words is written to why (if why != NULL). */
+int fa2_supports(const fa2_params *p, char *why, size_t why_len);
+
+const char *fa2_name(void);       /* e.g. "04_ldmatrix" */
+const char *fa2_key_change(void); /* one line: what this step adds */
+int fa2_runs_on_gpu(void);        /* 0 for step 00, 1 for CUDA steps */
+
+/* Fills default strides for the dense [batch, seqlen, heads, head_dim] layout. */
+static inline void fa2_set_dense_strides(fa2_params *p)
+{
+    int64_t d = p->head_dim;
+    p->q_head_stride = d;  p->q_row_stride = d * p->heads_q;  p->q_batch_stride = p->q_row_stride * p->seqlen_q;
+    p->k_head_stride = d;  p->k_row_stride = d * p->heads_kv; p->k_batch_stride = p->k_row_stride * p->seqlen_k;
+    p->v_head_stride = d;  p->v_row_stride = d * p->heads_kv; p->v_batch_stride = p->v_row_stride * p->seqlen_k;
+    p->o_head_stride = d;  p->o_row_stride = d * p->heads_q;  p->o_batch_stride = p->o_row_stride * p->seqlen_q;
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* FA2_H */

@@ -1,0 +1,135 @@
+/* harness.h - the host harness shared by every step: options, data, the fp64
+ * reference, the checker, device memory and timing. No kernel logic lives here. */
+#ifndef FA2_HARNESS_H
+#define FA2_HARNESS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "fa2.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- options (cli.c) ---- */
+typedef enum { CHECK_SAMPLE = 0, CHECK_FULL = 1, CHECK_OFF = 2 } check_mode;
+
+typedef struct {
+    int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
+    int causal;
+    fa2_dtype dtype;
+    uint64_t seed;
+    float input_scale; /* multiplies the N(0,1) inputs; > 1 makes the softmax peaky */
+    int warmup, iters;
+    check_mode check;
+    const char *csv_path; /* NULL: no CSV */
+} fa2_options;
+
+/* Exit code for bad input (a flag, a value, or params the step refuses). */
+#define FA2_EXIT_USAGE 2
+/* Exit code when the machine cannot run the step (no GPU, GPU below sm_80). */
+#define FA2_EXIT_NO_DEVICE 3
+
+/* Parses argv. On bad input prints one line (flag, value, what is allowed) to
+ * stderr and exits with FA2_EXIT_USAGE; --help prints usage and exits 0. */
+void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt);
+void fa2_params_from_options(const fa2_options *opt, fa2_params *p);
+const char *fa2_dtype_name(fa2_dtype t);
+
+/* ---- problem data (data.c) ---- */
+typedef struct {
+    fa2_params p;       /* host pointers q, k, v (dense layout); o and lse unused */
+    uint16_t *q, *k, *v; /* dense [batch, seqlen, heads, head_dim], rounded to dtype */
+} fa2_problem;
+
+/* Deterministic N(0, scale^2) inputs rounded to the dtype. */
+void fa2_problem_make(fa2_problem *pr, const fa2_params *shape, uint64_t seed, float scale);
+void fa2_problem_free(fa2_problem *pr);
+size_t fa2_numel_q(const fa2_params *p);
+size_t fa2_numel_kv(const fa2_params *p);
+size_t fa2_numel_lse(const fa2_params *p);
+/* Query-key pairs one head computes (causal: only the visible ones). */
+double fa2_visible_pairs(const fa2_params *p);
+/* 4 * batch * heads_q * visible pairs * head_dim: two GEMMs, 2 flop per MAC. */
+double fa2_flops(const fa2_params *p);
+
+/* ---- the fp64 reference and the checker (reference.c, check.c) ---- */
+/* Rows the checker looks at: every row for small problems, else a spread sample. */
+typedef struct {
+    int n;
+    int *bh;  /* batch * heads_q + head */
+    int *row; /* query row */
+} fa2_row_set;
+
+void fa2_rows_all(fa2_row_set *rs, const fa2_params *p);
+void fa2_rows_sample(fa2_row_set *rs, const fa2_params *p);
+void fa2_rows_free(fa2_row_set *rs);
+
+/* fp64 reference of the chosen rows: o_ref [rs.n, head_dim], lse_ref [rs.n]. */
+void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, double *o_ref, double *lse_ref);
+
+typedef struct {
+    double rel_l2;     /* ||o - ref|| / ||ref|| over the checked rows */
+    double max_abs;    /* max |o - ref| */
+    double lse_max;    /* max |lse - lse_ref| (inf where exactly one is -inf) */
+    long nonfinite;    /* o entries that are NaN/inf (e.g. never written) */
+    int rows_checked;
+    int pass;
+} fa2_check_result;
+
+typedef struct { double rel_l2, max_abs, lse; } fa2_tolerance;
+fa2_tolerance fa2_tolerance_for(fa2_dtype t);
+
+/* Compares host copies of o ([batch, seqlen_q, heads_q, head_dim], dense) and
+ * lse ([batch, heads_q, seqlen_q]) with the reference of the rows in rs. */
+fa2_check_result fa2_check(const fa2_params *p, const fa2_row_set *rs, const uint16_t *o, const float *lse,
+                           const double *o_ref, const double *lse_ref);
+
+/* ---- the buffers of one call (buffers.c) ---- */
+/* run = pr->p with q, k, v copied to the GPU (on_gpu) or left on the host, and
+ * o, lse allocated there and poisoned with NaN. */
+void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu);
+void fa2_buffers_poison(fa2_params *run, int on_gpu);
+/* Waits for the step and copies O and LSE to the host. */
+void fa2_buffers_fetch(const fa2_params *run, int on_gpu, uint16_t *o_host, float *lse_host);
+void fa2_buffers_free(fa2_params *run, int on_gpu);
+/* The rows of `mode` (full or sample), their fp64 reference, and the check. */
+fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const uint16_t *o_host,
+                                   const float *lse_host);
+
+/* ---- device memory and timing (device.c) ---- */
+typedef struct {
+    char name[128];
+    int sm_major, sm_minor, sm_count;
+    size_t l2_bytes;
+} fa2_device_info;
+
+/* 0 and fills info when a CUDA GPU of sm_80 or newer is usable; otherwise prints
+ * one line to stderr naming what is missing and returns FA2_EXIT_NO_DEVICE. */
+int fa2_device_open(fa2_device_info *info, const char *step_name);
+void *fa2_device_alloc(size_t bytes);
+void fa2_device_free(void *ptr);
+void fa2_device_upload(void *dst, const void *src, size_t bytes);
+void fa2_device_download(void *dst, const void *src, size_t bytes);
+void fa2_device_poison(void *ptr, size_t bytes); /* all bits set: NaN in fp16, bf16 and fp32 */
+void fa2_device_sync(void);
+
+/* Times `iters` launches of forward(p) after `warmup` untimed ones. Before each
+ * timed launch a buffer twice the size of L2 is written, so inputs come from
+ * DRAM, then the launch alone sits between two events. Writes per-launch times
+ * in ms into ms_out[iters]. Returns 0, or an fa2 error code. */
+int fa2_time_gpu(int (*forward)(const fa2_params *, void *), const fa2_params *p, const fa2_device_info *dev,
+                 int warmup, int iters, double *ms_out);
+
+/* ---- small utilities (util.c) ---- */
+typedef struct { double median, min, max; } fa2_stats;
+fa2_stats fa2_stats_of(double *ms, int n); /* sorts ms in place */
+double fa2_wall_ms(void);
+void fa2_today(char *buf, size_t len); /* YYYY-MM-DD */
+int fa2_validate_params(const fa2_params *p, char *why, size_t why_len); /* checks every step shares */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

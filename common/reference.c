@@ -1,0 +1,123 @@
+/* reference.c - the fp64 reference: softmax(scale * q K^T) V for chosen rows,
+ * computed from the same dtype-rounded inputs the kernel reads. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "harness.h"
+#include "numeric.h"
+
+/* Below this many multiply-adds (batch * heads * Nq * Nk * d) a sampled check
+ * looks at every row anyway: about a second of fp64 work on one core. */
+#define FULL_CHECK_MACS (1LL << 28)
+#define SAMPLE_HEADS 4
+#define SAMPLE_SPREAD_ROWS 48
+
+static int cmp_int(const void *a, const void *b) { return *(const int *)a - *(const int *)b; }
+
+void fa2_rows_all(fa2_row_set *rs, const fa2_params *p)
+{
+    int bhn = p->batch * p->heads_q;
+    rs->n = bhn * p->seqlen_q;
+    rs->bh = malloc(sizeof(int) * (size_t)rs->n);
+    rs->row = malloc(sizeof(int) * (size_t)rs->n);
+    if (!rs->bh || !rs->row) abort();
+    for (int i = 0; i < rs->n; i++) {
+        rs->bh[i] = i / p->seqlen_q;
+        rs->row[i] = i % p->seqlen_q;
+    }
+}
+
+/* A spread of (batch, head) pairs (always the first and last) and of rows:
+ * the first and last rows, the first rows of the last 64- and 128-row tiles
+ * (where tail tiles start for every tile size the steps use), and an even spread. */
+void fa2_rows_sample(fa2_row_set *rs, const fa2_params *p)
+{
+    long long macs = (long long)p->batch * p->heads_q * p->seqlen_q * p->seqlen_k * p->head_dim;
+    if (macs <= FULL_CHECK_MACS) {
+        fa2_rows_all(rs, p);
+        return;
+    }
+    int nq = p->seqlen_q, bhn = p->batch * p->heads_q;
+    int rows[16 + 4 + SAMPLE_SPREAD_ROWS], nr = 0;
+    for (int i = 0; i < 8; i++) {
+        rows[nr++] = i < nq ? i : nq - 1;
+        rows[nr++] = nq - 1 - i >= 0 ? nq - 1 - i : 0;
+    }
+    rows[nr++] = ((nq - 1) / 64) * 64;
+    rows[nr++] = ((nq - 1) / 128) * 128;
+    rows[nr++] = ((nq - 1) / 64) * 64 - 1 >= 0 ? ((nq - 1) / 64) * 64 - 1 : 0;
+    rows[nr++] = ((nq - 1) / 128) * 128 - 1 >= 0 ? ((nq - 1) / 128) * 128 - 1 : 0;
+    for (int i = 0; i < SAMPLE_SPREAD_ROWS; i++) rows[nr++] = (int)((long long)i * (nq - 1) / (SAMPLE_SPREAD_ROWS - 1));
+    qsort(rows, (size_t)nr, sizeof(int), cmp_int);
+    int unique = 0;
+    for (int i = 0; i < nr; i++)
+        if (unique == 0 || rows[i] != rows[unique - 1]) rows[unique++] = rows[i];
+
+    int heads[SAMPLE_HEADS], nh = bhn < SAMPLE_HEADS ? bhn : SAMPLE_HEADS;
+    for (int i = 0; i < nh; i++) heads[i] = nh == 1 ? 0 : (int)((long long)i * (bhn - 1) / (nh - 1));
+
+    rs->n = nh * unique;
+    rs->bh = malloc(sizeof(int) * (size_t)rs->n);
+    rs->row = malloc(sizeof(int) * (size_t)rs->n);
+    if (!rs->bh || !rs->row) abort();
+    for (int h = 0; h < nh; h++)
+        for (int r = 0; r < unique; r++) {
+            rs->bh[h * unique + r] = heads[h];
+            rs->row[h * unique + r] = rows[r];
+        }
+}
+
+void fa2_rows_free(fa2_row_set *rs)
+{
+    free(rs->bh);
+    free(rs->row);
+    memset(rs, 0, sizeof *rs);
+}
+
+void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, double *o_ref, double *lse_ref)
+{
+    const fa2_params *p = &pr->p;
+    const int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    const long long shift = (long long)p->seqlen_k - p->seqlen_q;
+
+#pragma omp parallel
+    {
+        double *s = malloc(sizeof(double) * (size_t)p->seqlen_k);
+        double *q = malloc(sizeof(double) * (size_t)d);
+        if (!s || !q) abort();
+#pragma omp for schedule(dynamic, 4)
+        for (int r = 0; r < rs->n; r++) {
+            int b = rs->bh[r] / p->heads_q, h = rs->bh[r] % p->heads_q, hk = h / group, i = rs->row[r];
+            const uint16_t *qrow = pr->q + b * p->q_batch_stride + i * p->q_row_stride + h * p->q_head_stride;
+            long long visible = p->causal ? i + shift + 1 : p->seqlen_k;
+            if (visible > p->seqlen_k) visible = p->seqlen_k;
+            double *o = o_ref + (size_t)r * d;
+            memset(o, 0, sizeof(double) * (size_t)d);
+            if (visible <= 0) {
+                lse_ref[r] = -INFINITY;
+                continue;
+            }
+            for (int c = 0; c < d; c++) q[c] = fa2_to_float(qrow[c], p->dtype);
+            double m = -INFINITY;
+            for (long long j = 0; j < visible; j++) {
+                const uint16_t *krow = pr->k + b * p->k_batch_stride + j * p->k_row_stride + hk * p->k_head_stride;
+                double acc = 0;
+                for (int c = 0; c < d; c++) acc += q[c] * fa2_to_float(krow[c], p->dtype);
+                s[j] = acc * p->softmax_scale;
+                if (s[j] > m) m = s[j];
+            }
+            double l = 0;
+            for (long long j = 0; j < visible; j++) {
+                const uint16_t *vrow = pr->v + b * p->v_batch_stride + j * p->v_row_stride + hk * p->v_head_stride;
+                double e = exp(s[j] - m);
+                l += e;
+                for (int c = 0; c < d; c++) o[c] += e * fa2_to_float(vrow[c], p->dtype);
+            }
+            for (int c = 0; c < d; c++) o[c] /= l;
+            lse_ref[r] = m + log(l);
+        }
+        free(s);
+        free(q);
+    }
+}

@@ -1,0 +1,166 @@
+/* Step 00 - the FlashAttention-2 forward in plain C on the CPU.
+ *
+ * This is the algorithm every GPU step implements, written so it can be read
+ * and stepped through in a debugger:
+ *   for each query tile Q_i (BLOCK_M rows):
+ *     m = -inf, l = 0, O = 0                       (per row, kept "in registers")
+ *     for each key tile K_j, V_j (BLOCK_N rows) the tile can see:
+ *       S   = Q_i K_j^T                            (BLOCK_M x BLOCK_N, fp32)
+ *       m'  = max(m, rowmax(S) * scale)
+ *       P   = exp(S * scale - m')
+ *       l   = l * exp(m - m') + rowsum(P)          (fp32 P)
+ *       O   = O * exp(m - m') + P V_j              (P rounded to fp16/bf16, like the GPU;
+ *                                                   the rescale keeps old work valid)
+ *     O /= l, LSE = m + log(l)                     (deferred normalisation)
+ * Next to it, fa2_cpu_naive_forward materialises the whole S row and is what the
+ * tiled loop is checked against in the CPU tests.
+ * Arithmetic is fp32 with exp(), not exp2 with the scale folded in: the GPU steps
+ * introduce that trick where it pays, and it changes nothing but rounding.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/fa2.h"
+#include "../../common/harness.h"
+#include "../../common/numeric.h"
+
+enum { BLOCK_M = 64, BLOCK_N = 64, MAX_DIM = 256 };
+
+/* Element (b, row, h, 0) of a [batch, seqlen, heads, head_dim] tensor with these element strides. */
+static const uint16_t *row_of(const void *base, int64_t bs, int64_t rs, int64_t hs, int b, int row, int h)
+{
+    return (const uint16_t *)base + b * bs + row * rs + h * hs;
+}
+
+/* One query tile of one head: rows [m0, m0 + rows). */
+static void forward_tile(const fa2_params *p, int b, int h, int m0, int rows)
+{
+    const int d = p->head_dim, hk = h / (p->heads_q / p->heads_kv);
+    const long long shift = (long long)p->seqlen_k - p->seqlen_q; /* row i sees keys j <= i + shift */
+    float q[BLOCK_M][MAX_DIM], o[BLOCK_M][MAX_DIM], s[BLOCK_M][BLOCK_N];
+    float m[BLOCK_M], l[BLOCK_M];
+
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, m0 + r, h);
+        for (int c = 0; c < d; c++) q[r][c] = fa2_to_float(qrow[c], p->dtype), o[r][c] = 0;
+        m[r] = -INFINITY;
+        l[r] = 0;
+    }
+
+    /* Causal: the last query row of the tile sees keys up to m0 + rows - 1 + shift;
+     * key tiles past that are skipped whole. */
+    long long key_end = p->causal ? m0 + rows + shift : p->seqlen_k;
+    if (key_end > p->seqlen_k) key_end = p->seqlen_k;
+
+    for (long long n0 = 0; n0 < key_end; n0 += BLOCK_N) {
+        int cols = (int)(key_end - n0 < BLOCK_N ? key_end - n0 : BLOCK_N);
+        for (int r = 0; r < rows; r++) {
+            float row_max = -INFINITY;
+            for (int j = 0; j < cols; j++) {
+                const uint16_t *krow = row_of(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, b,
+                                              (int)(n0 + j), hk);
+                float acc = 0;
+                for (int c = 0; c < d; c++) acc += q[r][c] * fa2_to_float(krow[c], p->dtype);
+                int visible = !p->causal || n0 + j <= m0 + r + shift;
+                s[r][j] = visible ? acc * p->softmax_scale : -INFINITY;
+                if (s[r][j] > row_max) row_max = s[r][j];
+            }
+            float m_new = row_max > m[r] ? row_max : m[r];
+            if (m_new == -INFINITY) continue; /* nothing visible yet: keep O = 0, l = 0 */
+            float correction = expf(m[r] - m_new); /* exp(-inf) = 0 on the first visible tile */
+            float row_sum = 0;
+            for (int j = 0; j < cols; j++) {
+                float prob = expf(s[r][j] - m_new);
+                row_sum += prob;                      /* l sums fp32 P, as the GPU's registers do */
+                s[r][j] = fa2_round(prob, p->dtype); /* P.V sees P rounded, as the tensor cores will */
+            }
+            l[r] = l[r] * correction + row_sum;
+            m[r] = m_new;
+            for (int c = 0; c < d; c++) o[r][c] *= correction;
+            for (int j = 0; j < cols; j++) {
+                const uint16_t *vrow = row_of(p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, b,
+                                              (int)(n0 + j), hk);
+                for (int c = 0; c < d; c++) o[r][c] += s[r][j] * fa2_to_float(vrow[c], p->dtype);
+            }
+        }
+    }
+
+    for (int r = 0; r < rows; r++) {
+        uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + (m0 + r) * p->o_row_stride + h * p->o_head_stride;
+        float inv_l = l[r] > 0 ? 1.0f / l[r] : 0.0f; /* a row that saw no key writes O = 0 */
+        for (int c = 0; c < d; c++) orow[c] = fa2_from_float(o[r][c] * inv_l, p->dtype);
+        if (p->lse)
+            p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + m0 + r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
+    }
+}
+
+int fa2_forward(const fa2_params *p, void *stream)
+{
+    (void)stream;
+    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    const int tiles = (p->seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const long long work = (long long)p->batch * p->heads_q * tiles;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long long w = 0; w < work; w++) {
+        int t = (int)(w % tiles), h = (int)(w / tiles % p->heads_q), b = (int)(w / tiles / p->heads_q);
+        int m0 = t * BLOCK_M, rows = p->seqlen_q - m0 < BLOCK_M ? p->seqlen_q - m0 : BLOCK_M;
+        forward_tile(p, b, h, m0, rows);
+    }
+    return FA2_OK;
+}
+
+/* The textbook version: materialise the whole score row, softmax it, multiply.
+ * fp32 throughout, P not rounded: what the tiled loop must agree with. */
+int fa2_cpu_naive_forward(const fa2_params *p)
+{
+    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    const int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    const long long shift = (long long)p->seqlen_k - p->seqlen_q;
+    float *s = malloc(sizeof(float) * (size_t)p->seqlen_k), *o = malloc(sizeof(float) * (size_t)d);
+    if (!s || !o) abort();
+    for (int b = 0; b < p->batch; b++)
+        for (int h = 0; h < p->heads_q; h++)
+            for (int i = 0; i < p->seqlen_q; i++) {
+                const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, i, h);
+                float mx = -INFINITY, sum = 0;
+                for (int j = 0; j < p->seqlen_k; j++) {
+                    const uint16_t *krow = row_of(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, b,
+                                                  j, h / group);
+                    float acc = 0;
+                    for (int c = 0; c < d; c++) acc += fa2_to_float(qrow[c], p->dtype) * fa2_to_float(krow[c], p->dtype);
+                    s[j] = (!p->causal || j <= i + shift) ? acc * p->softmax_scale : -INFINITY;
+                    if (s[j] > mx) mx = s[j];
+                }
+                memset(o, 0, sizeof(float) * (size_t)d);
+                if (mx > -INFINITY) {
+                    for (int j = 0; j < p->seqlen_k; j++) sum += (s[j] = expf(s[j] - mx));
+                    for (int j = 0; j < p->seqlen_k; j++) {
+                        const uint16_t *vrow = row_of(p->v, p->v_batch_stride, p->v_row_stride,
+                                                      p->v_head_stride, b, j, h / group);
+                        for (int c = 0; c < d; c++) o[c] += s[j] / sum * fa2_to_float(vrow[c], p->dtype);
+                    }
+                }
+                uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
+                for (int c = 0; c < d; c++) orow[c] = fa2_from_float(o[c], p->dtype);
+                if (p->lse) p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + i] = mx > -INFINITY ? mx + logf(sum) : -INFINITY;
+            }
+    free(s);
+    free(o);
+    return FA2_OK;
+}
+
+int fa2_supports(const fa2_params *p, char *why, size_t why_len)
+{
+    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (p->head_dim > MAX_DIM) {
+        if (why) snprintf(why, why_len, "head_dim %d (allowed: 1 to %d)", p->head_dim, MAX_DIM);
+        return 0;
+    }
+    return 1;
+}
+
+const char *fa2_name(void) { return "00_cpu_reference"; }
+const char *fa2_key_change(void) { return "the FA2 algorithm in C: tiles, online softmax, deferred 1/l"; }
+int fa2_runs_on_gpu(void) { return 0; }

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# The test runner behind `make test`. Every case prints PASS, FAIL or SKIP;
+# the last line is "N passed, N failed, N skipped" and any failure makes the
+# exit code non-zero. The GPU part runs only where a GPU answers.
+set -u
+cd "$(dirname "$0")/.."
+LOG=build/test-logs
+mkdir -p "$LOG"
+pass=0 fail=0 skip=0
+
+result() { # result PASS|FAIL|SKIP "name" ["detail"]
+  case $1 in PASS) pass=$((pass+1));; FAIL) fail=$((fail+1));; SKIP) skip=$((skip+1));; esac
+  if [ "$1" = PASS ]; then echo "PASS $2"; else echo "$1 $2${3:+: $3}"; fi
+}
+
+# Counts the PASS/FAIL/SKIP lines a test program printed; shows all but passes.
+count_lines() { # count_lines LOGFILE
+  local p f s
+  p=$(grep -c '^PASS ' "$1"); f=$(grep -c '^FAIL ' "$1"); s=$(grep -c '^SKIP ' "$1")
+  pass=$((pass+p)); fail=$((fail+f)); skip=$((skip+s))
+  grep -E '^(FAIL|SKIP|#) ' "$1"
+  echo "  ($p passed, $f failed, $s skipped: $1)"
+}
+
+run_program() { # run_program NAME COMMAND...: a program that prints PASS/FAIL lines
+  local name=$1; shift
+  echo "== $name"
+  "$@" >"$LOG/$name.log" 2>&1
+  local rc=$?
+  count_lines "$LOG/$name.log"
+  if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$LOG/$name.log"; then
+    result FAIL "$name exited with $rc and no FAIL line" "$(tail -n 3 "$LOG/$name.log" | tr '\n' ' ')"
+  fi
+}
+
+echo "== build: harness, step 00, test programs"
+if make -s -j"$(nproc)" build/step00/fa2 build/step00/libfa2.so test-programs >"$LOG/build-cpu.log" 2>&1; then
+  result PASS "build harness, step 00 and the test programs"
+else
+  result FAIL "build harness, step 00 and the test programs" "see $LOG/build-cpu.log"
+  tail -n 20 "$LOG/build-cpu.log"
+  echo "$pass passed, $fail failed, $skip skipped"; exit 1
+fi
+
+run_program cpu-step00 build/tests/test_cpu
+run_program checker build/tests/test_checker
+
+echo "== harness input errors: one line on stderr, nothing on stdout, exit code 2"
+bad_inputs=(
+  "--batch 0" "--batch x" "--heads -1" "--heads 8 --kv-heads 3" "--seqlen 0" "--seqlen-q 5x" "--dim 0"
+  "--dtype fp32" "--check maybe" "--iters 0" "--warmup -2" "--scale nan" "--seed" "--frobnicate"
+  "--causal=1" "positional" "--seqlen 1048576 --heads 1024" "--csv="
+)
+for args in "${bad_inputs[@]}"; do
+  # shellcheck disable=SC2086
+  build/step00/fa2 $args >"$LOG/cli.out" 2>"$LOG/cli.err"; rc=$?
+  lines=$(wc -l <"$LOG/cli.err"); out=$(wc -c <"$LOG/cli.out")
+  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && [ "$out" -eq 0 ] && grep -q '^error: ' "$LOG/cli.err"; then
+    result PASS "bad input '$args' -> $(cat "$LOG/cli.err")"
+  else
+    result FAIL "bad input '$args'" "exit $rc, $lines stderr lines, $out stdout bytes: $(head -c 200 "$LOG/cli.err")"
+  fi
+done
+build/step00/fa2 --dim 300 >/dev/null 2>"$LOG/cli.err"; rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "step 00 refuses --dim 300 -> $(cat "$LOG/cli.err")"
+else result FAIL "step 00 refuses --dim 300" "exit $rc"; fi
+
+echo "== step 00 through the harness binary"
+for args in "--seqlen 100 --heads 2 --batch 1" "--seqlen-q 33 --seqlen-k 150 --causal --dtype bf16 --dim 64 --heads 4 --kv-heads 1" \
+            "--seqlen-q 150 --seqlen-k 33 --causal --check full" "--seqlen 70 --scale 4 --heads 2"; do
+  # shellcheck disable=SC2086
+  if out=$(build/step00/fa2 $args --iters 1 2>&1) && echo "$out" | grep -q '| PASS'; then result PASS "step 00 $args"
+  else result FAIL "step 00 $args" "$out"; fi
+done
+
+echo "== build every GPU step (binary + shared library)"
+gpu_libs=()
+make -s -j"$(nproc)" -k all >"$LOG/build-gpu.log" 2>&1
+for dir in steps/[0-9][0-9]_*; do
+  id=$(basename "$dir" | cut -c1-2); [ "$id" = 00 ] && continue
+  if [ -x "build/step$id/fa2" ] && [ -f "build/step$id/libfa2.so" ] && [ "build/step$id/fa2" -nt "$dir/kernel.cu" ]; then
+    result PASS "build step $(basename "$dir")"; gpu_libs+=("build/step$id/libfa2.so")
+  else
+    result FAIL "build step $(basename "$dir")" "see $LOG/build-gpu.log"; grep -m5 -i error "$LOG/build-gpu.log"
+  fi
+  # the GPU binary must refuse unsupported params with one line and exit 2, GPU or not
+  "build/step$id/fa2" --dim 96 >/dev/null 2>"$LOG/cli.err"; rc=$?
+  if [ $rc -eq 2 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "step $id refuses --dim 96 -> $(cat "$LOG/cli.err")"
+  else result FAIL "step $id refuses --dim 96" "exit $rc: $(cat "$LOG/cli.err")"; fi
+done
+
+echo "== GPU matrix"
+if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
+  run_program gpu-matrix build/tests/gpu_matrix "${gpu_libs[@]}"
+  for lib in "${gpu_libs[@]}"; do
+    id=$(basename "$(dirname "$lib")" | cut -c5-6)
+    for args in "" "--seqlen 1025 --causal --dtype bf16 --dim 64 --kv-heads 2"; do
+      # shellcheck disable=SC2086
+      if out=$("build/step$id/fa2" $args --iters 3 --warmup 1 2>&1) && echo "$out" | grep -q '| PASS'; then
+        result PASS "step $id harness run $args"
+      else result FAIL "step $id harness run $args" "$out"; fi
+    done
+  done
+else
+  result SKIP "GPU matrix and harness runs of ${#gpu_libs[@]} GPU steps: no GPU on this machine (nvidia-smi found none)"
+  for id in "${gpu_libs[@]}"; do
+    "build/step$(basename "$(dirname "$id")" | cut -c5-6)/fa2" >/dev/null 2>"$LOG/cli.err"; rc=$?
+    if [ $rc -eq 3 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "$(dirname "$id") without a GPU says so in one line, exit 3"
+    else result FAIL "$(dirname "$id") without a GPU" "exit $rc: $(cat "$LOG/cli.err")"; fi
+  done
+fi
+
+echo "$pass passed, $fail failed, $skip skipped"
+[ $fail -eq 0 ]
