@@ -1,0 +1,379 @@
+/* Step 05 - a cp.async pipeline for K and V.
+ *
+ * One change from step 04: global->shared copies are issued with cp.async and
+ * K and V get two shared-memory stages each, so the next key tile streams in
+ * while the current one is multiplied:
+ *
+ *   prologue: issue Q | K0 | V0 (three commit groups); wait for Q; Q -> registers
+ *   iteration nb (stage = nb % 2):
+ *     wait until K_nb has landed (1 group may still fly: V_nb); barrier
+ *     issue K_nb+1 | V_nb+1 into the other stage (2 more groups)
+ *     S = Q K_nb^T, mask, online softmax          <- K_nb+1, V_nb, V_nb+1 in flight
+ *     wait until V_nb has landed (2 groups may fly: K_nb+1, V_nb+1); barrier
+ *     O += P V_nb
+ *
+ * Why: in step 04 every thread waits for its own 16-byte loads (a DRAM round
+ * trip, about a microsecond) and the whole block then waits at a barrier, with
+ * no mma in flight. cp.async writes shared memory without passing through
+ * registers and without blocking the thread, so the copy of tile nb+1 overlaps
+ * the math of tile nb and a warp stalls only if the copy is slower than the math.
+ * Two stages suffice: one tile of math (2 x 64 x 64 x D x 2 flop per warp-group)
+ * outlasts one tile's DRAM latency, and a third stage would cost 32 KB of shared
+ * memory (at D = 128) that limits blocks per SM instead.
+ * The wait depths count commit groups: each tile issues exactly two (K, then V),
+ * empty ones past the last tile, so "wait_group N" always means the same tiles.
+ * Two barriers per tile (step 04 had two as well): the first also proves every
+ * warp is done with the stage the new copies overwrite.
+ * Shared memory grows from (64 + 2 x 64) x D x 2 bytes to (64 + 4 x 64) x D x 2
+ * (80 KB at D = 128). Tile sizes and warps are those of step 02.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <type_traits>
+
+#include "../../common/fa2.h"
+#include "../../common/harness.h"
+
+constexpr int BLOCK_M = 64;  // query rows per block
+constexpr int BLOCK_N = 64;  // key rows per iteration of the main loop
+constexpr int WARPS = 4;
+constexpr int THREADS = WARPS * 32;
+constexpr int STAGES = 2;    // shared-memory buffers for each of K and V
+constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
+static_assert(BLOCK_M == WARPS * MMA_M, "each warp owns exactly one 16-row m-tile of the query block");
+static_assert(BLOCK_N % MMA_K == 0, "P.V consumes keys 16 at a time (the k of m16n8k16)");
+static_assert(BLOCK_N % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+// ---- PTX wrappers ----------------------------------------------------------
+
+// D = A B + D for one 16x8x16 tile. A: 4 regs of 2 x 16-bit (row major),
+// B: 2 regs (column major), C/D: 4 fp32. Lane l holds, with g = l / 4, t = l % 4:
+//   A: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+//   B: b0 (k 2t..2t+1, n g) b1 (k 2t+8..2t+9, n g)
+//   C: c0 c1 (g, 2t..2t+1) c2 c3 (g+8, 2t..2t+1)
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory: lanes 8i..8i+7 give
+// the row addresses of matrix i, and register i of lane l receives elements
+// (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i -- exactly an mma
+// fragment register. .trans delivers the transposed matrix instead.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *smem_row)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *smem_row)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// Asynchronous 16-byte copy global -> shared (LDGSTS): the thread does not wait
+// for it and the data never passes through registers. .cg caches in L2 only:
+// K and V are read by other blocks from L2, never again by this SM's L1.
+// src_bytes = 0 reads nothing and fills the 16 bytes with zeros (tail rows).
+__device__ __forceinline__ void cp_async_16(void *smem_dst, const void *global_src, bool valid)
+{
+    uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0));
+}
+
+// Closes the group of cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.
+__device__ __forceinline__ float exp2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two fp32 -> one register of two 16-bit values, lo in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+}
+
+// ---- swizzled shared-memory layout ---------------------------------------------
+
+// Physical column of logical element (row, col) in a tile of 16-bit elements:
+// the 16-byte chunk (8 elements) is XORed with the row's low 3 bits, so the
+// 8 rows any fragment read touches land in 8 different chunks of the 128-byte
+// bank window. Within a chunk nothing moves, so 32-bit and 16-byte accesses
+// keep their alignment.
+__device__ __forceinline__ int swizzle(int row, int col) { return (((col / 8) ^ (row % 8)) * 8) | (col % 8); }
+
+// ---- global -> shared copies -------------------------------------------------
+
+// Issues the asynchronous copy of a [ROWS][D] tile (row r at src + r * row_stride)
+// into swizzled shared memory, 16 bytes per cp.async; rows past `valid_rows` are
+// zero-filled, so a tail tile multiplies by 0 rather than by whatever memory holds.
+// The caller commits and waits.
+template <int ROWS, int D>
+__device__ __forceinline__ void copy_tile_async(uint16_t (*tile_smem)[D], const uint16_t *src, int64_t row_stride,
+                                                int valid_rows)
+{
+    constexpr int CHUNKS_PER_ROW = D * 2 / 16;  // 16-byte chunks of one row
+    static_assert((ROWS * CHUNKS_PER_ROW) % THREADS == 0, "every thread copies the same number of chunks");
+    for (int i = threadIdx.x; i < ROWS * CHUNKS_PER_ROW; i += THREADS) {
+        int row = i / CHUNKS_PER_ROW, chunk = i % CHUNKS_PER_ROW;
+        bool valid = row < valid_rows;
+        cp_async_16(&tile_smem[row][swizzle(row, chunk * 8)], src + (valid ? row * row_stride : 0) + chunk * 8, valid);
+    }
+}
+
+// ---- the kernel --------------------------------------------------------------
+
+template <typename T, int D>
+__global__ void __launch_bounds__(THREADS) fa2_mma_kernel(fa2_params p)
+{
+    static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
+    static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t(*q_smem)[D] = reinterpret_cast<uint16_t(*)[D]>(smem);                      // [BLOCK_M][D]
+    uint16_t(*k_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + BLOCK_M * D);  // [STAGES][BLOCK_N][D]
+    uint16_t(*v_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + (BLOCK_M + STAGES * BLOCK_N) * D);
+
+    const int m0 = blockIdx.x * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
+    const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
+    const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
+    const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
+
+    const uint16_t *q = (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)m0 * p.q_row_stride + h * p.q_head_stride;
+    const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + h_kv * p.k_head_stride;
+    const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + h_kv * p.v_head_stride;
+
+    // Causal: key tiles past the last key the block's last row sees are skipped;
+    // only tiles that cross the diagonal, or the seqlen_k tail, need a mask.
+    const int key_end = p.causal ? min(p.seqlen_k, max(0, m0 + BLOCK_M + shift)) : p.seqlen_k;
+    const int n_blocks = (key_end + BLOCK_N - 1) / BLOCK_N;
+
+    // Prologue: three commit groups -- Q, K tile 0, V tile 0 (empty if there is no tile).
+    copy_tile_async<BLOCK_M, D>(q_smem, q, p.q_row_stride, min(BLOCK_M, p.seqlen_q - m0));
+    cp_async_commit();
+    if (n_blocks > 0) copy_tile_async<BLOCK_N, D>(k_smem[0], k, p.k_row_stride, min(BLOCK_N, p.seqlen_k));
+    cp_async_commit();
+    if (n_blocks > 0) copy_tile_async<BLOCK_N, D>(v_smem[0], v, p.v_row_stride, min(BLOCK_N, p.seqlen_k));
+    cp_async_commit();
+    cp_async_wait<2>();  // Q has landed; K0 and V0 may still be in flight
+    __syncthreads();
+
+    // Q stays in registers for the whole loop: the A operand of every Q K^T mma.
+    // ldmatrix.x4 matrices: rows 0-7 / 8-15 (lane % 16) x cols 0-7 / 8-15 (lane / 16) = a0, a1, a2, a3.
+    uint32_t q_frag[D / MMA_K][4];  // [k-step][a0..a3]
+    const int q_row = warp * MMA_M + g;
+#pragma unroll
+    for (int kk = 0; kk < D / MMA_K; kk++) {
+        const int row = warp * MMA_M + lane % 16, col = kk * MMA_K + (lane / 16) * 8;
+        ldmatrix_x4(q_frag[kk], &q_smem[row][swizzle(row, col)]);
+    }
+
+    float o_acc[D / MMA_N][4];  // [d-tile][c0..c3]: rows g, g+8 of this warp's 16, cols 2t, 2t+1 of the d-tile
+#pragma unroll
+    for (int dt = 0; dt < D / MMA_N; dt++) o_acc[dt][0] = o_acc[dt][1] = o_acc[dt][2] = o_acc[dt][3] = 0.0f;
+    float m_run[2] = {-INFINITY, -INFINITY};  // running max of rows g and g+8, in scaled log2 units
+    float l_run[2] = {0.0f, 0.0f};            // this lane's part of the running sum (quad-reduced at the end)
+
+    for (int nb = 0; nb < n_blocks; nb++) {
+        const int n0 = nb * BLOCK_N, stage = nb % STAGES, next = (nb + 1) % STAGES;
+        cp_async_wait<1>();  // K_nb has landed; V_nb may still be in flight
+        __syncthreads();     // ... for every thread's copies; and every warp is done with tile nb - 1
+        if (nb + 1 < n_blocks) {
+            const int n1 = n0 + BLOCK_N;
+            copy_tile_async<BLOCK_N, D>(k_smem[next], k + (int64_t)n1 * p.k_row_stride, p.k_row_stride, min(BLOCK_N, p.seqlen_k - n1));
+        }
+        cp_async_commit();
+        if (nb + 1 < n_blocks) {
+            const int n1 = n0 + BLOCK_N;
+            copy_tile_async<BLOCK_N, D>(v_smem[next], v + (int64_t)n1 * p.v_row_stride, p.v_row_stride, min(BLOCK_N, p.seqlen_k - n1));
+        }
+        cp_async_commit();
+
+        // S = Q K^T: this warp's 16 rows x BLOCK_N keys, as BLOCK_N / 8 n-tiles.
+        float s_acc[BLOCK_N / MMA_N][4];  // [key n-tile][c0..c3]
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) s_acc[nt][0] = s_acc[nt][1] = s_acc[nt][2] = s_acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt += 2) {
+                // B = K^T: element (k = d, n = key) is k_smem[key][d], rows of K are the n of B.
+                // Matrices: keys nt*8 + 0-7 (lanes 0-15) or + 8-15 (lanes 16-31), d cols + 0-7 or + 8-15
+                // (lane / 8 % 2) = b0, b1 of n-tile nt, then b0, b1 of n-tile nt + 1.
+                const int key = nt * MMA_N + (lane / 16) * 8 + lane % 8, col = kk * MMA_K + (lane / 8 % 2) * 8;
+                uint32_t k_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(k_frag, &k_smem[stage][key][swizzle(key, col)]);
+                mma_m16n8k16<T>(s_acc[nt], q_frag[kk], k_frag[0], k_frag[1]);
+                mma_m16n8k16<T>(s_acc[nt + 1], q_frag[kk], k_frag[2], k_frag[3]);
+            }
+        }
+
+        const bool needs_mask = n0 + BLOCK_N > p.seqlen_k || (p.causal && n0 + BLOCK_N - 1 > m0 + shift);
+        if (needs_mask) {
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    int row = m0 + q_row + (e >= 2 ? 8 : 0), key = n0 + nt * MMA_N + 2 * t + (e & 1);
+                    if (key >= p.seqlen_k || (p.causal && key > row + shift)) s_acc[nt][e] = -INFINITY;
+                }
+        }
+
+        // Online softmax for rows g (r = 0: c0, c1) and g + 8 (r = 1: c2, c3).
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float row_max = -INFINITY;
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) row_max = fmaxf(row_max, fmaxf(s_acc[nt][2 * r], s_acc[nt][2 * r + 1]));
+            row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));  // the 4 lanes of a quad
+            row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));  // share one row
+            const float m_new = fmaxf(m_run[r], row_max * scale_log2);
+            const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: exp2(-inf) = 0, no NaN
+            const float correction = exp2_approx(m_run[r] - m_use);
+            m_run[r] = m_new;
+            float row_sum = 0.0f;
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) {
+                s_acc[nt][2 * r] = exp2_approx(fmaf(s_acc[nt][2 * r], scale_log2, -m_use));
+                s_acc[nt][2 * r + 1] = exp2_approx(fmaf(s_acc[nt][2 * r + 1], scale_log2, -m_use));
+                row_sum += s_acc[nt][2 * r] + s_acc[nt][2 * r + 1];
+            }
+            l_run[r] = l_run[r] * correction + row_sum;
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt++) {
+                o_acc[dt][2 * r] *= correction;
+                o_acc[dt][2 * r + 1] *= correction;
+            }
+        }
+
+        cp_async_wait<2>();  // V_nb has landed; K_nb+1 and V_nb+1 may still be in flight
+        __syncthreads();
+
+        // O += P V. The C fragments of key n-tiles 2j and 2j+1 are exactly the A
+        // fragment of k-step j, so P never leaves registers.
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / MMA_K; j++) {
+            uint32_t p_frag[4] = {pack2<T>(s_acc[2 * j][0], s_acc[2 * j][1]), pack2<T>(s_acc[2 * j][2], s_acc[2 * j][3]),
+                                  pack2<T>(s_acc[2 * j + 1][0], s_acc[2 * j + 1][1]),
+                                  pack2<T>(s_acc[2 * j + 1][2], s_acc[2 * j + 1][3])};
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                // B = V: element (k = key, n = d) is v_smem[key][d], rows of V are the k of B, so
+                // the 8x8 matrices are transposed on the way. Matrices: keys + 0-7 / 8-15
+                // (lane / 8 % 2) x d cols dt*8 + 0-7 / 8-15 (lane / 16) = b0, b1 of d-tile dt, dt + 1.
+                const int key = j * MMA_K + (lane / 8 % 2) * 8 + lane % 8, col = dt * MMA_N + (lane / 16) * 8;
+                uint32_t v_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(v_frag, &v_smem[stage][key][swizzle(key, col)]);
+                mma_m16n8k16<T>(o_acc[dt], p_frag, v_frag[0], v_frag[1]);
+                mma_m16n8k16<T>(o_acc[dt + 1], p_frag, v_frag[2], v_frag[3]);
+            }
+        }
+    }
+
+    // Epilogue: finish the row sums across the quad, normalise once, store.
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+        const int row = m0 + q_row + 8 * r;
+        if (row >= p.seqlen_q) continue;
+        const float inv_l = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;  // a row that saw no key writes O = 0
+        uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
+#pragma unroll
+        for (int dt = 0; dt < D / MMA_N; dt++)
+            *reinterpret_cast<uint32_t *>(o + dt * MMA_N + 2 * t) = pack2<T>(o_acc[dt][2 * r] * inv_l, o_acc[dt][2 * r + 1] * inv_l);
+        if (p.lse && t == 0)
+            p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + row] =
+                l_run[r] > 0.0f ? (m_run[r] + log2f(l_run[r])) * LN2 : -INFINITY;
+    }
+}
+
+// ---- launcher and ABI --------------------------------------------------------
+
+template <typename T, int D>
+static int launch(const fa2_params *p, cudaStream_t stream)
+{
+    const int smem_bytes = (BLOCK_M + 2 * STAGES * BLOCK_N) * D * 2;
+    if (cudaFuncSetAttribute(fa2_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes))
+        return FA2_ERR_LAUNCH;
+    dim3 grid((p->seqlen_q + BLOCK_M - 1) / BLOCK_M, p->heads_q, p->batch);
+    fa2_mma_kernel<T, D><<<grid, THREADS, smem_bytes, stream>>>(*p);
+    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+}
+
+extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
+{
+    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (p->head_dim != 64 && p->head_dim != 128) {
+        if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
+        return 0;
+    }
+    // 16-byte copies need every row to start on a 16-byte boundary.
+    const int64_t strides[] = {p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->k_batch_stride,
+                               p->k_row_stride,   p->k_head_stride, p->v_batch_stride, p->v_row_stride,
+                               p->v_head_stride, p->o_batch_stride, p->o_row_stride, p->o_head_stride};
+    for (size_t i = 0; i < sizeof strides / sizeof *strides; i++)
+        if (strides[i] % 8) {
+            if (why) snprintf(why, why_len, "stride %lld (allowed: multiples of 8 elements, for 16-byte loads)", (long long)strides[i]);
+            return 0;
+        }
+    if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v | (uintptr_t)p->o) % 16) {
+        if (why) snprintf(why, why_len, "q, k, v, o must be 16-byte aligned");
+        return 0;
+    }
+    if (p->heads_q > 65535 || p->batch > 65535) {
+        if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int fa2_forward(const fa2_params *p, void *stream)
+{
+    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (p->dtype == FA2_FP16)
+        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+}
+
+extern "C" const char *fa2_name(void) { return "05_cp_async_pipeline"; }
+extern "C" const char *fa2_key_change(void) { return "cp.async, K and V double-buffered: the next tile loads under this tile's math"; }
+extern "C" int fa2_runs_on_gpu(void) { return 1; }

@@ -1,0 +1,428 @@
+/* Step 06 - the staged epilogue, and the tile configuration chosen for the GPU.
+ *
+ * Two changes from step 05, and the second is not one technique but a tuning:
+ *
+ * 1. The epilogue. O is normalised in registers, written into shared memory
+ *    (the Q tile's space, free once the loop is done) with the same swizzle, and
+ *    stored to global memory as 16-byte chunks, 8 threads covering one 128-byte
+ *    row segment. Step 05 stored each fragment straight from registers: 4-byte
+ *    stores, a quad covering 16 bytes of a row and a warp touching 8 rows at
+ *    once -- 8 partial sectors per request instead of whole lines.
+ *
+ * 2. The tile configuration, per head dim, from the sweep in sweep.sh (measured
+ *    on the device named in docs/06_staged_epilogue.md):
+ *      WARPS    warps per block, each owning M_TILES x 16 query rows;
+ *      M_TILES  16-row mma m-tiles per warp: with 2, every K or V fragment that
+ *               ldmatrix brings from shared memory feeds two mma instead of one,
+ *               halving shared-memory traffic per flop (at one m-tile a warp
+ *               needs 256 bytes of B fragment per 4096-flop mma, more than the
+ *               128 bytes per clock one SM's shared memory delivers at mma.sync
+ *               speed);
+ *      BLOCK_N  keys per iteration; STAGES  K/V buffers (2 = double buffering).
+ *    With two m-tiles the Q fragments no longer fit in registers next to two O
+ *    accumulators, so Q stays in shared memory and its fragments are re-read with
+ *    ldmatrix at each key tile (a 16x16 Q fragment serves BLOCK_N / 8 mma).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <type_traits>
+
+#include "../../common/fa2.h"
+#include "../../common/harness.h"
+
+constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+// Tile configuration per head dim. sweep.sh rebuilds this file with
+// -DFA2_SWEEP_WARPS=.. -DFA2_SWEEP_M_TILES=.. -DFA2_SWEEP_BLOCK_N=.. -DFA2_SWEEP_STAGES=..
+// to time other candidates.
+template <int WARPS_, int M_TILES_, int BLOCK_N_, int STAGES_>
+struct TileConfig {
+    static constexpr int WARPS = WARPS_, M_TILES = M_TILES_, BLOCK_N = BLOCK_N_, STAGES = STAGES_;
+    static constexpr int THREADS = WARPS * 32;
+    static constexpr int BLOCK_M = WARPS * M_TILES * MMA_M;  // query rows per block
+};
+#ifdef FA2_SWEEP_WARPS
+template <int D> using Config = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP_BLOCK_N, FA2_SWEEP_STAGES>;
+#else
+template <int D> struct ConfigFor;
+template <> struct ConfigFor<64> { using type = TileConfig<4, 2, 64, 2>; };
+template <> struct ConfigFor<128> { using type = TileConfig<4, 2, 32, 2>; };
+template <int D> using Config = typename ConfigFor<D>::type;
+#endif
+
+// ---- PTX wrappers ----------------------------------------------------------
+
+// D = A B + D for one 16x8x16 tile. A: 4 regs of 2 x 16-bit (row major),
+// B: 2 regs (column major), C/D: 4 fp32. Lane l holds, with g = l / 4, t = l % 4:
+//   A: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+//   B: b0 (k 2t..2t+1, n g) b1 (k 2t+8..2t+9, n g)
+//   C: c0 c1 (g, 2t..2t+1) c2 c3 (g+8, 2t..2t+1)
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory: lanes 8i..8i+7 give
+// the row addresses of matrix i, and register i of lane l receives elements
+// (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i -- exactly an mma
+// fragment register. .trans delivers the transposed matrix instead.
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *smem_row)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *smem_row)
+{
+    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(addr));
+}
+
+// Asynchronous 16-byte copy global -> shared (LDGSTS): the thread does not wait
+// for it and the data never passes through registers. .cg caches in L2 only:
+// K and V are read by other blocks from L2, never again by this SM's L1.
+// src_bytes = 0 reads nothing and fills the 16 bytes with zeros (tail rows).
+__device__ __forceinline__ void cp_async_16(void *smem_dst, const void *global_src, bool valid)
+{
+    uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem_dst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0));
+}
+
+// Closes the group of cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.
+__device__ __forceinline__ float exp2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two fp32 -> one register of two 16-bit values, lo in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+}
+
+// ---- swizzled shared-memory layout ---------------------------------------------
+
+// Physical column of logical element (row, col) in a tile of 16-bit elements:
+// the 16-byte chunk (8 elements) is XORed with the row's low 3 bits, so the
+// 8 rows any fragment read touches land in 8 different chunks of the 128-byte
+// bank window. Within a chunk nothing moves, so 32-bit and 16-byte accesses
+// keep their alignment.
+__device__ __forceinline__ int swizzle(int row, int col) { return (((col / 8) ^ (row % 8)) * 8) | (col % 8); }
+
+// ---- global -> shared copies -------------------------------------------------
+
+// Issues the asynchronous copy of a [ROWS][D] tile (row r at src + r * row_stride)
+// into swizzled shared memory, 16 bytes per cp.async; rows past `valid_rows` are
+// zero-filled, so a tail tile multiplies by 0 rather than by whatever memory holds.
+// The caller commits and waits.
+template <int ROWS, int D, int THREADS>
+__device__ __forceinline__ void copy_tile_async(uint16_t (*tile_smem)[D], const uint16_t *src, int64_t row_stride,
+                                                int valid_rows)
+{
+    constexpr int CHUNKS_PER_ROW = D * 2 / 16;  // 16-byte chunks of one row
+    static_assert((ROWS * CHUNKS_PER_ROW) % THREADS == 0, "every thread copies the same number of chunks");
+    for (int i = threadIdx.x; i < ROWS * CHUNKS_PER_ROW; i += THREADS) {
+        int row = i / CHUNKS_PER_ROW, chunk = i % CHUNKS_PER_ROW;
+        bool valid = row < valid_rows;
+        cp_async_16(&tile_smem[row][swizzle(row, chunk * 8)], src + (valid ? row * row_stride : 0) + chunk * 8, valid);
+    }
+}
+
+// ---- the kernel --------------------------------------------------------------
+
+template <typename T, int D>
+__global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params p)
+{
+    using C = Config<D>;
+    constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, M_TILES = C::M_TILES;
+    constexpr int THREADS = C::THREADS;
+    static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
+    static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
+    static_assert(BLOCK_N % MMA_K == 0, "P.V consumes keys 16 at a time (the k of m16n8k16)");
+    static_assert(BLOCK_N % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
+    static_assert(STAGES >= 2, "the copy of tile nb + 1 needs its own buffer while tile nb is read");
+    extern __shared__ __align__(16) uint16_t smem[];
+    uint16_t(*q_smem)[D] = reinterpret_cast<uint16_t(*)[D]>(smem);  // [BLOCK_M][D]; O in the epilogue
+    uint16_t(*k_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + BLOCK_M * D);  // [STAGES][BLOCK_N][D]
+    uint16_t(*v_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + (BLOCK_M + STAGES * BLOCK_N) * D);
+
+    const int m0 = blockIdx.x * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
+    const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
+    const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
+    const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
+    const int warp_row0 = warp * M_TILES * MMA_M;      // this warp's first row in the block
+
+    const uint16_t *q = (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)m0 * p.q_row_stride + h * p.q_head_stride;
+    const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + h_kv * p.k_head_stride;
+    const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + h_kv * p.v_head_stride;
+
+    // Causal: key tiles past the last key the block's last row sees are skipped;
+    // only tiles that cross the diagonal, or the seqlen_k tail, need a mask.
+    const int key_end = p.causal ? min(p.seqlen_k, max(0, m0 + BLOCK_M + shift)) : p.seqlen_k;
+    const int n_blocks = (key_end + BLOCK_N - 1) / BLOCK_N;
+
+    // Prologue: Q with K tile 0 in the first commit group, V tile 0 in the second.
+    copy_tile_async<BLOCK_M, D, THREADS>(q_smem, q, p.q_row_stride, min(BLOCK_M, p.seqlen_q - m0));
+    if (n_blocks > 0) copy_tile_async<BLOCK_N, D, THREADS>(k_smem[0], k, p.k_row_stride, min(BLOCK_N, p.seqlen_k));
+    cp_async_commit();
+    if (n_blocks > 0) copy_tile_async<BLOCK_N, D, THREADS>(v_smem[0], v, p.v_row_stride, min(BLOCK_N, p.seqlen_k));
+    cp_async_commit();
+
+    float o_acc[M_TILES][D / MMA_N][4];  // [m-tile][d-tile][c0..c3]: rows g, g+8 of the m-tile, cols 2t, 2t+1
+    float m_run[M_TILES][2];             // running max of rows g and g+8, in scaled log2 units
+    float l_run[M_TILES][2];             // this lane's part of the running sum (quad-reduced at the end)
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++) {
+#pragma unroll
+        for (int dt = 0; dt < D / MMA_N; dt++) o_acc[mt][dt][0] = o_acc[mt][dt][1] = o_acc[mt][dt][2] = o_acc[mt][dt][3] = 0.0f;
+        m_run[mt][0] = m_run[mt][1] = -INFINITY;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+
+    for (int nb = 0; nb < n_blocks; nb++) {
+        const int n0 = nb * BLOCK_N, stage = nb % STAGES, next = (nb + 1) % STAGES;
+        cp_async_wait<1>();  // K_nb (and Q) have landed; V_nb may still be in flight
+        __syncthreads();     // ... for every thread's copies; and every warp is done with tile nb - 1
+        if (nb + 1 < n_blocks) {
+            const int n1 = n0 + BLOCK_N;
+            copy_tile_async<BLOCK_N, D, THREADS>(k_smem[next], k + (int64_t)n1 * p.k_row_stride, p.k_row_stride, min(BLOCK_N, p.seqlen_k - n1));
+        }
+        cp_async_commit();
+        if (nb + 1 < n_blocks) {
+            const int n1 = n0 + BLOCK_N;
+            copy_tile_async<BLOCK_N, D, THREADS>(v_smem[next], v + (int64_t)n1 * p.v_row_stride, p.v_row_stride, min(BLOCK_N, p.seqlen_k - n1));
+        }
+        cp_async_commit();
+
+        // S = Q K^T: this warp's M_TILES x 16 rows x BLOCK_N keys.
+        float s_acc[M_TILES][BLOCK_N / MMA_N][4];  // [m-tile][key n-tile][c0..c3]
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) s_acc[mt][nt][0] = s_acc[mt][nt][1] = s_acc[mt][nt][2] = s_acc[mt][nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+            // ldmatrix.x4 matrices: rows 0-7 / 8-15 (lane % 16) x cols 0-7 / 8-15 (lane / 16) = a0, a1, a2, a3.
+            uint32_t q_frag[M_TILES][4];  // [m-tile][a0..a3] for this k-step
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                const int row = warp_row0 + mt * MMA_M + lane % 16, col = kk * MMA_K + (lane / 16) * 8;
+                ldmatrix_x4(q_frag[mt], &q_smem[row][swizzle(row, col)]);
+            }
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt += 2) {
+                // B = K^T: element (k = d, n = key) is k_smem[key][d], rows of K are the n of B.
+                // Matrices: keys nt*8 + 0-7 (lanes 0-15) or + 8-15 (lanes 16-31), d cols + 0-7 or + 8-15
+                // (lane / 8 % 2) = b0, b1 of n-tile nt, then b0, b1 of n-tile nt + 1.
+                const int key = nt * MMA_N + (lane / 16) * 8 + lane % 8, col = kk * MMA_K + (lane / 8 % 2) * 8;
+                uint32_t k_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(k_frag, &k_smem[stage][key][swizzle(key, col)]);
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {  // one K fragment, M_TILES mma
+                    mma_m16n8k16<T>(s_acc[mt][nt], q_frag[mt], k_frag[0], k_frag[1]);
+                    mma_m16n8k16<T>(s_acc[mt][nt + 1], q_frag[mt], k_frag[2], k_frag[3]);
+                }
+            }
+        }
+
+        const bool needs_mask = n0 + BLOCK_N > p.seqlen_k || (p.causal && n0 + BLOCK_N - 1 > m0 + shift);
+        if (needs_mask) {
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = m0 + warp_row0 + mt * MMA_M + g + (e >= 2 ? 8 : 0), key = n0 + nt * MMA_N + 2 * t + (e & 1);
+                        if (key >= p.seqlen_k || (p.causal && key > row + shift)) s_acc[mt][nt][e] = -INFINITY;
+                    }
+        }
+
+        // Online softmax for rows g (r = 0: c0, c1) and g + 8 (r = 1: c2, c3) of each m-tile.
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float row_max = -INFINITY;
+#pragma unroll
+                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) row_max = fmaxf(row_max, fmaxf(s_acc[mt][nt][2 * r], s_acc[mt][nt][2 * r + 1]));
+                row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));  // the 4 lanes of a quad
+                row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));  // share one row
+                const float m_new = fmaxf(m_run[mt][r], row_max * scale_log2);
+                const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: exp2(-inf) = 0, no NaN
+                const float correction = exp2_approx(m_run[mt][r] - m_use);
+                m_run[mt][r] = m_new;
+                float row_sum = 0.0f;
+#pragma unroll
+                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) {
+                    s_acc[mt][nt][2 * r] = exp2_approx(fmaf(s_acc[mt][nt][2 * r], scale_log2, -m_use));
+                    s_acc[mt][nt][2 * r + 1] = exp2_approx(fmaf(s_acc[mt][nt][2 * r + 1], scale_log2, -m_use));
+                    row_sum += s_acc[mt][nt][2 * r] + s_acc[mt][nt][2 * r + 1];
+                }
+                l_run[mt][r] = l_run[mt][r] * correction + row_sum;
+#pragma unroll
+                for (int dt = 0; dt < D / MMA_N; dt++) {
+                    o_acc[mt][dt][2 * r] *= correction;
+                    o_acc[mt][dt][2 * r + 1] *= correction;
+                }
+            }
+
+        cp_async_wait<2>();  // V_nb has landed; K_nb+1 and V_nb+1 may still be in flight
+        __syncthreads();
+
+        // O += P V. The C fragments of key n-tiles 2j and 2j+1 are exactly the A
+        // fragment of k-step j, so P never leaves registers.
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / MMA_K; j++) {
+            uint32_t p_frag[M_TILES][4];  // [m-tile][a0..a3] for key k-step j
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                p_frag[mt][0] = pack2<T>(s_acc[mt][2 * j][0], s_acc[mt][2 * j][1]);
+                p_frag[mt][1] = pack2<T>(s_acc[mt][2 * j][2], s_acc[mt][2 * j][3]);
+                p_frag[mt][2] = pack2<T>(s_acc[mt][2 * j + 1][0], s_acc[mt][2 * j + 1][1]);
+                p_frag[mt][3] = pack2<T>(s_acc[mt][2 * j + 1][2], s_acc[mt][2 * j + 1][3]);
+            }
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                // B = V: element (k = key, n = d) is v_smem[key][d], rows of V are the k of B, so
+                // the 8x8 matrices are transposed on the way. Matrices: keys + 0-7 / 8-15
+                // (lane / 8 % 2) x d cols dt*8 + 0-7 / 8-15 (lane / 16) = b0, b1 of d-tile dt, dt + 1.
+                const int key = j * MMA_K + (lane / 8 % 2) * 8 + lane % 8, col = dt * MMA_N + (lane / 16) * 8;
+                uint32_t v_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(v_frag, &v_smem[stage][key][swizzle(key, col)]);
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {  // one V fragment, M_TILES mma
+                    mma_m16n8k16<T>(o_acc[mt][dt], p_frag[mt], v_frag[0], v_frag[1]);
+                    mma_m16n8k16<T>(o_acc[mt][dt + 1], p_frag[mt], v_frag[2], v_frag[3]);
+                }
+            }
+        }
+    }
+
+    // Epilogue, 1: finish the row sums across the quad, normalise in registers,
+    // write O into the Q tile's shared memory (swizzled: a fragment's 8 rows hit 8
+    // different chunks, so the 4-byte stores are conflict-free), and LSE directly.
+    __syncthreads();  // every warp is done reading Q (and K, V) before O overwrites it
+    uint16_t(*o_smem)[D] = q_smem;  // [BLOCK_M][D]
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 1);
+            l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 2);
+            const int row = warp_row0 + mt * MMA_M + g + 8 * r;
+            const float inv_l = l_run[mt][r] > 0.0f ? 1.0f / l_run[mt][r] : 0.0f;  // a row that saw no key writes O = 0
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt++)
+                *reinterpret_cast<uint32_t *>(&o_smem[row][swizzle(row, dt * MMA_N + 2 * t)]) =
+                    pack2<T>(o_acc[mt][dt][2 * r] * inv_l, o_acc[mt][dt][2 * r + 1] * inv_l);
+            if (p.lse && t == 0 && m0 + row < p.seqlen_q)
+                p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + m0 + row] =
+                    l_run[mt][r] > 0.0f ? (m_run[mt][r] + log2f(l_run[mt][r])) * LN2 : -INFINITY;
+        }
+    __syncthreads();
+
+    // Epilogue, 2: 16-byte chunks to global memory, consecutive threads on
+    // consecutive chunks of a row, so each 8 threads write one full 128-byte line.
+    constexpr int CHUNKS_PER_ROW = D * 2 / 16;
+    static_assert((BLOCK_M * CHUNKS_PER_ROW) % THREADS == 0, "every thread stores the same number of chunks");
+    uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)m0 * p.o_row_stride + h * p.o_head_stride;
+#pragma unroll
+    for (int i = threadIdx.x; i < BLOCK_M * CHUNKS_PER_ROW; i += THREADS) {
+        const int row = i / CHUNKS_PER_ROW, chunk = i % CHUNKS_PER_ROW;
+        if (m0 + row < p.seqlen_q)
+            *reinterpret_cast<uint4 *>(o + row * p.o_row_stride + chunk * 8) =
+                *reinterpret_cast<const uint4 *>(&o_smem[row][swizzle(row, chunk * 8)]);
+    }
+}
+
+// ---- launcher and ABI --------------------------------------------------------
+
+template <typename T, int D>
+static int launch(const fa2_params *p, cudaStream_t stream)
+{
+    using C = Config<D>;
+    const int smem_bytes = (C::BLOCK_M + 2 * C::STAGES * C::BLOCK_N) * D * 2;
+    if (cudaFuncSetAttribute(fa2_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes))
+        return FA2_ERR_LAUNCH;
+    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
+    fa2_mma_kernel<T, D><<<grid, C::THREADS, smem_bytes, stream>>>(*p);
+    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+}
+
+extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
+{
+    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (p->head_dim != 64 && p->head_dim != 128) {
+        if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
+        return 0;
+    }
+    // 16-byte copies need every row to start on a 16-byte boundary.
+    const int64_t strides[] = {p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->k_batch_stride,
+                               p->k_row_stride,   p->k_head_stride, p->v_batch_stride, p->v_row_stride,
+                               p->v_head_stride, p->o_batch_stride, p->o_row_stride, p->o_head_stride};
+    for (size_t i = 0; i < sizeof strides / sizeof *strides; i++)
+        if (strides[i] % 8) {
+            if (why) snprintf(why, why_len, "stride %lld (allowed: multiples of 8 elements, for 16-byte loads)", (long long)strides[i]);
+            return 0;
+        }
+    if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v | (uintptr_t)p->o) % 16) {
+        if (why) snprintf(why, why_len, "q, k, v, o must be 16-byte aligned");
+        return 0;
+    }
+    if (p->heads_q > 65535 || p->batch > 65535) {
+        if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
+        return 0;
+    }
+    return 1;
+}
+
+extern "C" int fa2_forward(const fa2_params *p, void *stream)
+{
+    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (p->dtype == FA2_FP16)
+        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+}
+
+extern "C" const char *fa2_name(void) { return "06_staged_epilogue"; }
+extern "C" const char *fa2_key_change(void) { return "O staged through swizzled shared memory, 16-byte stores; tiles tuned per head dim"; }
+extern "C" int fa2_runs_on_gpu(void) { return 1; }
