@@ -33,12 +33,15 @@ help:
 	@echo "make all                      build every step (binary + shared library) and the tests"
 	@echo "make step=NN run [ARGS=...]   check and time one step (ARGS: see build/stepNN/fa2 --help)"
 	@echo "make step=NN diff             what step NN changed since the step before it"
+	@echo "make compare [SHAPES=all]     every step, the cuBLAS baseline and torch SDPA: the progression table"
+	@echo "make plots [CSV=...]          PNGs from a compare CSV (matplotlib; a local .venv if needed)"
+	@echo "make scratch [name=NAME ARGS=...]  print layouts: fragments, ldmatrix, swizzle, banks (name=verify: on the GPU)"
 	@echo "make test                     CPU tests, every step's build, and the GPU matrix on a GPU"
 	@echo "make clean                    remove build/"
 	@echo "steps: $(notdir $(STEP_DIRS))"
 	@echo "ARCH: $(ARCHS) (override with ARCH=90)"
 
-all: $(foreach i,$(STEP_IDS),$(BUILD)/step$(i)/fa2 $(BUILD)/step$(i)/libfa2.so) test-programs
+all: $(foreach i,$(STEP_IDS),$(BUILD)/step$(i)/fa2 $(BUILD)/step$(i)/libfa2.so) test-programs reference-programs
 
 check-step:
 	@if [ -z "$(step)" ] || [ -z "$(STEP_DIR)" ]; then \
@@ -83,7 +86,33 @@ $(BUILD)/step$(1)/libfa2.so: $(BUILD)/step$(1)/kernel.o $(BUILD)/common/validate
 endef
 $(foreach i,$(GPU_IDS),$(eval $(call GPU_STEP,$(i))))
 
+# ---- scratch: layout visualizers (make scratch [name=NAME ARGS="..."]) ----
+include scratch/scratch.mk
+
+# ---- peers: the unfused cuBLAS baseline and the mma.sync ceiling probe ----
+include reference/reference.mk
+
+# ---- the progression table and its plots ----
+SHAPES ?= seed
+.PHONY: compare plots
+compare: all
+	@bash reference/compare.sh $(SHAPES)
+
+# matplotlib from the system if it imports, else from a local venv made once
+PLOT_PYTHON := $(shell $(PYTHON) -c 'import matplotlib, numpy' >/dev/null 2>&1 && echo $(PYTHON) || echo .venv/bin/python)
+CSV ?= $(lastword $(sort $(wildcard results/compare-*.csv)))
+plots: $(PLOT_PYTHON:.venv/bin/python=.venv/bin/python)
+	@if [ -z "$(CSV)" ]; then echo "error: CSV='' (allowed: a results/compare-*.csv from make compare)"; exit 2; fi
+	$(PLOT_PYTHON) plots/progression.py $(CSV)
+	$(PLOT_PYTHON) plots/scaling.py $(CSV)
+
+.venv/bin/python:
+	$(PYTHON) -m venv .venv && .venv/bin/pip install -q -r plots/requirements.txt
+
 # ---- tests ----
+.PHONY: reference-programs
+reference-programs: $(REFERENCE_TARGETS)
+
 TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_checker $(BUILD)/tests/gpu_matrix
 .PHONY: test-programs
 test-programs: $(TEST_PROGRAMS)

@@ -44,6 +44,7 @@ fi
 
 run_program cpu-step00 build/tests/test_cpu
 run_program checker build/tests/test_checker
+run_program scratch bash scratch/test.sh
 
 echo "== harness input errors: one line on stderr, nothing on stdout, exit code 2"
 bad_inputs=(
@@ -89,10 +90,15 @@ for dir in steps/[0-9][0-9]_*; do
   else result FAIL "step $id refuses --dim 96" "exit $rc: $(cat "$LOG/cli.err")"; fi
 done
 
+# the unfused cuBLAS baseline is checked by the same matrix
+if [ -f build/reference/cublas/libfa2.so ]; then result PASS "build reference/cublas_unfused"; gpu_libs+=("build/reference/cublas/libfa2.so")
+else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi
+
 echo "== GPU matrix"
 if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
   run_program gpu-matrix build/tests/gpu_matrix "${gpu_libs[@]}"
   for lib in "${gpu_libs[@]}"; do
+    [[ $lib == build/step* ]] || continue
     id=$(basename "$(dirname "$lib")" | cut -c5-6)
     for args in "" "--seqlen 1025 --causal --dtype bf16 --dim 64 --kv-heads 2"; do
       # shellcheck disable=SC2086
@@ -103,10 +109,11 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
   done
 else
   result SKIP "GPU matrix and harness runs of ${#gpu_libs[@]} GPU steps: no GPU on this machine (nvidia-smi found none)"
-  for id in "${gpu_libs[@]}"; do
-    "build/step$(basename "$(dirname "$id")" | cut -c5-6)/fa2" >/dev/null 2>"$LOG/cli.err"; rc=$?
-    if [ $rc -eq 3 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "$(dirname "$id") without a GPU says so in one line, exit 3"
-    else result FAIL "$(dirname "$id") without a GPU" "exit $rc: $(cat "$LOG/cli.err")"; fi
+  for lib in "${gpu_libs[@]}"; do
+    bin=$(dirname "$lib")/fa2
+    "$bin" >/dev/null 2>"$LOG/cli.err"; rc=$?
+    if [ $rc -eq 3 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "$bin without a GPU says so in one line, exit 3"
+    else result FAIL "$bin without a GPU" "exit $rc: $(cat "$LOG/cli.err")"; fi
   done
 fi
 

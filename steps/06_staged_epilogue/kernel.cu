@@ -181,7 +181,11 @@ __global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params 
     uint16_t(*k_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + BLOCK_M * D);  // [STAGES][BLOCK_N][D]
     uint16_t(*v_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + (BLOCK_M + STAGES * BLOCK_N) * D);
 
-    const int m0 = blockIdx.x * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
+    // Causal blocks near the end of the sequence see the most keys; the GPU starts
+    // blocks in index order, so they get the low indices and the short blocks fill
+    // the tail of the launch instead of the long ones.
+    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m0 = m_block * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
     const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group

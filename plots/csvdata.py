@@ -1,0 +1,109 @@
+"""Reading the CSVs `make compare` writes (reference/compare.sh), for the plot scripts.
+
+Rows have the harness's columns (common/main.c); the ceiling CSV of the same run has
+probe,device,date,dtype,tflops. A CSV of one day collects re-runs: the last row of a
+step at a shape wins, as in the printed tables.
+"""
+import csv
+import math
+import os
+
+INT_FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal")
+
+
+def visible_pairs(seqlen_q, seqlen_k, causal):
+    """Query-key pairs one head computes, as fa2_visible_pairs: row i sees keys j <= i + seqlen_k - seqlen_q."""
+    if not causal:
+        return seqlen_q * seqlen_k
+    shift = seqlen_k - seqlen_q
+    return seqlen_q * (shift + 1) + seqlen_q * (seqlen_q - 1) // 2 if shift >= 0 else seqlen_k * (seqlen_k + 1) // 2
+
+
+def read_rows(path):
+    """Rows with a finite time, TFLOP/s recomputed from it: the CSV's column has 2 decimals,
+    and step 00 on the CPU is below 0.01 TFLOP/s."""
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            for k in INT_FIELDS:
+                r[k] = int(r[k])
+            try:
+                ms = float(r["ms_median"])
+            except ValueError:
+                continue
+            if r["status"] == "UNSUPPORTED" or not math.isfinite(ms) or ms <= 0:
+                continue
+            pairs = visible_pairs(r["seqlen_q"], r["seqlen_k"], r["causal"])
+            r["ms"] = ms
+            r["tflops"] = 4.0 * r["batch"] * r["heads_q"] * pairs * r["head_dim"] / (ms * 1e-3) / 1e12
+            rows.append(r)
+    return rows
+
+
+def shape_of(r):
+    return tuple(r[k] for k in ("dtype",) + INT_FIELDS)
+
+
+def latest(rows):
+    """{(step, shape): row}, the last row winning."""
+    return {(r["step"], shape_of(r)): r for r in rows}
+
+
+def gpu_of(rows, wanted=None):
+    """The GPU the rows were measured on (step 00's rows say CPU): `wanted`, else the last row's."""
+    gpus = [r["device"] for r in rows if r["device"] != "CPU"]
+    if wanted:
+        if wanted not in gpus:
+            raise SystemExit(f"error: no rows from device '{wanted}' (devices: {', '.join(sorted(set(gpus)))})")
+        return wanted
+    if not gpus:
+        raise SystemExit("error: no GPU rows in the CSV")
+    return gpus[-1]
+
+
+def on_gpu(rows, gpu):
+    """The rows of one GPU, with step 00's CPU rows of the same run (the CSV holds one machine's run)."""
+    return [r for r in rows if r["device"] in (gpu, "CPU")]
+
+
+def date_range(rows):
+    dates = sorted({r["date"] for r in rows})
+    return dates[0] if len(dates) == 1 else f"{dates[0]} .. {dates[-1]}"
+
+
+def default_ceiling_path(compare_path):
+    """results/compare-<gpu>-<date>.csv -> results/ceiling-<gpu>-<date>.csv, the probe of the same run."""
+    head, name = os.path.split(compare_path)
+    return os.path.join(head, name.replace("compare-", "ceiling-", 1)) if name.startswith("compare-") else None
+
+
+def ceiling_tflops(path, gpu, dtype):
+    """The mma.sync m16n8k16 TFLOP/s of the GPU for dtype (last row wins), or None."""
+    if not path or not os.path.exists(path):
+        return None
+    value = None
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            if r["device"] == gpu and r["dtype"] == dtype:
+                value = float(r["tflops"])
+    return value
+
+
+# The peers, in table order, with their label and line style in the plots.
+PEERS = {
+    "cublas_unfused": ("cuBLAS unfused", "tab:gray", "--"),
+    "torch_sdpa_flash": ("torch SDPA flash (FA2)", "tab:red", "-"),
+    "torch_sdpa_cudnn": ("torch SDPA cuDNN", "tab:purple", "-."),
+    "torch_sdpa_efficient": ("torch SDPA mem-efficient", "tab:brown", ":"),
+    "torch_sdpa_math": ("torch SDPA math", "tab:olive", ":"),
+    "torch_sdpa_default": ("torch SDPA default", "tab:orange", "--"),
+}
+
+
+def is_step(name):
+    return len(name) > 3 and name[:2].isdigit() and name[2] == "_"
+
+
+def peer_style(name):
+    """(label, color, line style) of a peer; a row of another name (a --ctypes run) gets its own name."""
+    return PEERS.get(name, (name, "black", "-"))

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""Bar chart of the step-by-step progression: TFLOP/s of every step at one shape (the
+seed shape unless --shape), the peers (cuBLAS unfused, torch SDPA) and the measured
+mma.sync ceiling as labelled horizontal lines.
+
+usage: python3 plots/progression.py results/compare-<gpu>-<date>.csv [--out PNG]
+"""
+import argparse
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: no display on a GPU server
+import matplotlib.pyplot as plt  # noqa: E402
+
+import csvdata  # noqa: E402
+
+
+def parse_args():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", help="a compare CSV (the harness's columns)")
+    ap.add_argument("--ceiling", help="the ceiling CSV (default: the ceiling-*.csv of the same run)")
+    ap.add_argument("--out", default="plots/progression.png")
+    ap.add_argument("--shape", default="2,8,8,1024,128,0", help="batch,heads_q,heads_kv,seqlen,head_dim,causal")
+    ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
+    ap.add_argument("--device", help="the GPU, when the CSV holds several (default: the last row's)")
+    a = ap.parse_args()
+    try:
+        b, h, hkv, n, d, causal = (int(x) for x in a.shape.split(","))
+    except ValueError:
+        ap.error(f"--shape '{a.shape}' is not allowed "
+                 "(allowed: six integers batch,heads_q,heads_kv,seqlen,head_dim,causal)")
+    a.shape = (a.dtype, b, h, hkv, n, n, d, causal)
+    return a
+
+
+def spread_labels(values, min_gap):
+    """y positions for labels of these values, pushed apart to at least min_gap, in value order."""
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ys = [0.0] * len(values)
+    last = None
+    for i in order:
+        ys[i] = values[i] if last is None else max(values[i], last + min_gap)
+        last = ys[i]
+    return ys
+
+
+def main():
+    a = parse_args()
+    rows = csvdata.read_rows(a.csv)
+    gpu = csvdata.gpu_of(rows, a.device)
+    rows = csvdata.on_gpu(rows, gpu)
+    at_shape = {step: r for (step, shape), r in csvdata.latest(rows).items() if shape == a.shape}
+    steps = sorted(s for s in at_shape if csvdata.is_step(s))
+    peers = [p for p in csvdata.PEERS if p in at_shape] + sorted(
+        s for s in at_shape if not csvdata.is_step(s) and s not in csvdata.PEERS)
+    if not steps and not peers:
+        raise SystemExit(f"error: {a.csv} has no rows at {a.dtype} shape {a.shape[1:]}")
+    ceiling = csvdata.ceiling_tflops(a.ceiling or csvdata.default_ceiling_path(a.csv), gpu, a.dtype)
+
+    fig, ax = plt.subplots(figsize=(12, 6.5))
+    values = [at_shape[s]["tflops"] for s in steps]
+    colors = ["tab:gray" if at_shape[s]["device"] == "CPU" else "tab:blue" for s in steps]
+    bars = ax.bar(range(len(steps)), values, color=colors, width=0.65, zorder=2)
+    for bar, s, v in zip(bars, steps, values):
+        failed = at_shape[s]["status"] == "FAIL"
+        if failed:
+            bar.set_hatch("//")
+            bar.set_edgecolor("tab:red")
+        ax.annotate(f"{v:.3g}" + ("\nFAIL" if failed else ""), (bar.get_x() + bar.get_width() / 2, v),
+                    xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=10, zorder=3,
+                    bbox=dict(boxstyle="round,pad=0.15", facecolor="white", edgecolor="none", alpha=0.85))
+    ax.set_xticks(range(len(steps)))
+    ax.set_xticklabels([s.replace("_", "\n", 1) for s in steps], fontsize=10)
+    ax.set_xlim(-0.6, max(len(steps), 1) - 0.4)
+
+    lines = [(name, at_shape[p]["tflops"], color, style)
+             for p in peers for name, color, style in [csvdata.peer_style(p)]]
+    if ceiling:
+        lines.append(("mma.sync ceiling", ceiling, "black", ":"))
+    top = max(values + [v for _, v, _, _ in lines]) * 1.15
+    ax.set_ylim(0, top)
+    for _, v, color, style in lines:
+        ax.axhline(v, color=color, linestyle=style, linewidth=1.6, zorder=1)
+    # Labels in the right margin at each line's height, pushed apart where lines are close.
+    for (name, v, color, _), y in zip(lines, spread_labels([v for _, v, _, _ in lines], top * 0.045)):
+        ax.annotate(f"{name}  {v:.3g}", xy=(1.0, v), xytext=(1.01, y), xycoords=("axes fraction", "data"),
+                    textcoords=("axes fraction", "data"), va="center", fontsize=10, color=color,
+                    arrowprops=dict(arrowstyle="-", color=color, linewidth=0.8) if abs(y - v) > top * 0.01 else None)
+
+    dtype, b, h, hkv, n, _, d, causal = a.shape
+    gqa = f" (KV {hkv})" if hkv != h else ""
+    ax.set_ylabel("TFLOP/s (4·B·H·visible pairs·d / time)", fontsize=11)
+    ax.set_title(f"FlashAttention-2 forward, step by step: {dtype}, B={b}, H={h}{gqa}, N={n}, d={d}, "
+                 f"{'causal' if causal else 'non-causal'}\n{gpu}, {csvdata.date_range(rows)}", fontsize=12)
+    ax.grid(axis="y", alpha=0.3, zorder=0)
+    ax.spines[["top", "right"]].set_visible(False)
+    fig.savefig(a.out, dpi=130, bbox_inches="tight")
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,178 @@
+/* mma_ceiling - the measured peak of mma.sync.aligned.m16n8k16 (f32 accumulate) on this GPU.
+ *
+ * The tensor-core steps compute with warp-level mma.sync m16n8k16, so their ceiling is
+ * what that instruction can reach, not the datasheet number: on Hopper the datasheet
+ * peak needs wgmma (warpgroup MMA fed from shared memory), and mma.sync tops out well
+ * below it. This probe fills every SM with as many warps as fit, and each warp runs a
+ * long loop of mma.sync on register operands only (no memory traffic at all) over
+ * CHAINS independent accumulators, so the tensor pipe never waits for a result.
+ *
+ * usage: mma_ceiling [--csv FILE]   prints fp16 and bf16 TFLOP/s; with --csv appends
+ * rows probe,device,date,dtype,tflops. Exit 3 without a usable GPU.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <algorithm>
+
+#define CHECK(call)                                                                                     \
+    do {                                                                                                \
+        cudaError_t err_ = (call);                                                                      \
+        if (err_ != cudaSuccess) {                                                                      \
+            fprintf(stderr, "error: CUDA: %s at %s:%d: %s\n", #call, __FILE__, __LINE__,                \
+                    cudaGetErrorString(err_));                                                          \
+            exit(1);                                                                                    \
+        }                                                                                               \
+    } while (0)
+
+constexpr int THREADS = 256;  // 8 warps per block
+// A dependent mma.sync waits for the previous result (tens of cycles); with 8
+// independent accumulators a warp always has an mma whose inputs are ready.
+constexpr int CHAINS = 8;
+constexpr int ITERS = 16384;  // CHAINS mma per iteration: a few ms per run, long enough for events and clocks
+constexpr int RUNS = 9;       // timed runs after one warm-up; the median is reported
+constexpr double FLOP_PER_MMA = 2.0 * 16 * 8 * 16;
+
+template <bool BF16>
+__device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], const uint32_t (&b)[2])
+{
+    // volatile: the compiler may neither drop these nor sink them into the rarely taken store below.
+    if constexpr (BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+
+template <bool BF16> __device__ uint32_t pack2(float x, float y);
+template <> __device__ uint32_t pack2<false>(float x, float y)
+{
+    __half2 h = __floats2half2_rn(x, y);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+template <> __device__ uint32_t pack2<true>(float x, float y)
+{
+    __nv_bfloat162 h = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<uint32_t *>(&h);
+}
+
+// write_out is 0 at run time, but the compiler cannot know it: the accumulators
+// stay live, and the stores never cost memory traffic.
+template <bool BF16>
+__global__ void __launch_bounds__(THREADS) mma_chains_kernel(int write_out, float *out)
+{
+    // Small distinct operands per lane: finite sums, and data that toggles like real inputs.
+    const float x = (threadIdx.x % 32 + 1) * (1.0f / 64);
+    uint32_t a[4], b[2];
+    for (int i = 0; i < 4; i++) a[i] = pack2<BF16>(x, -x * (i + 1) * 0.5f);
+    for (int i = 0; i < 2; i++) b[i] = pack2<BF16>(0.25f * x, x * (i + 1));
+    float acc[CHAINS][4] = {};
+#pragma unroll 4
+    for (int it = 0; it < ITERS; it++) {
+#pragma unroll
+        for (int c = 0; c < CHAINS; c++) mma_m16n8k16<BF16>(acc[c], a, b);
+    }
+    if (write_out) {
+        float sum = 0.0f;
+        for (int c = 0; c < CHAINS; c++) sum += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
+        out[blockIdx.x * THREADS + threadIdx.x] = sum;
+    }
+}
+
+// TFLOP/s of the median run, with every SM holding as many blocks as fit at once.
+template <bool BF16> static double measure(const cudaDeviceProp &prop, int *blocks_per_sm)
+{
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, mma_chains_kernel<BF16>, THREADS, 0));
+    const int blocks = prop.multiProcessorCount * *blocks_per_sm;
+    float *out_dev = NULL;
+    CHECK(cudaMalloc(&out_dev, sizeof(float) * blocks * THREADS));
+    cudaEvent_t start, stop;
+    CHECK(cudaEventCreate(&start));
+    CHECK(cudaEventCreate(&stop));
+    mma_chains_kernel<BF16><<<blocks, THREADS>>>(0, out_dev);  // warm-up: clocks up, module loaded
+    CHECK(cudaGetLastError());
+    double ms[RUNS];
+    for (int r = 0; r < RUNS; r++) {
+        CHECK(cudaEventRecord(start));
+        mma_chains_kernel<BF16><<<blocks, THREADS>>>(0, out_dev);
+        CHECK(cudaEventRecord(stop));
+        CHECK(cudaEventSynchronize(stop));
+        float t = 0;
+        CHECK(cudaEventElapsedTime(&t, start, stop));
+        ms[r] = t;
+    }
+    CHECK(cudaGetLastError());
+    std::sort(ms, ms + RUNS);
+    CHECK(cudaEventDestroy(start));
+    CHECK(cudaEventDestroy(stop));
+    CHECK(cudaFree(out_dev));
+    const double flops = FLOP_PER_MMA * CHAINS * ITERS * (THREADS / 32) * (double)blocks;
+    return flops / (ms[RUNS / 2] * 1e-3) / 1e12;
+}
+
+int main(int argc, char **argv)
+{
+    const char *csv_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) {
+            puts("usage: mma_ceiling [--csv FILE]   mma.sync m16n8k16 fp16/bf16 -> fp32 peak TFLOP/s of GPU 0");
+            return 0;
+        }
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc && argv[i + 1][0]) {
+            csv_path = argv[++i];
+            continue;
+        }
+        fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE, --help)\n", argv[i]);
+        return 2;
+    }
+
+    int count = 0;
+    cudaError_t err = cudaGetDeviceCount(&count);
+    if (err != cudaSuccess || count == 0) {
+        fprintf(stderr, "error: no CUDA GPU found (%s): mma_ceiling needs an sm_80 or newer GPU\n",
+                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
+        return 3;
+    }
+    cudaDeviceProp prop;
+    CHECK(cudaGetDeviceProperties(&prop, 0));
+    if (prop.major < 8) {
+        fprintf(stderr, "error: GPU %s is sm_%d%d: mma.sync m16n8k16 with bf16 needs sm_80 or newer\n", prop.name,
+                prop.major, prop.minor);
+        return 3;
+    }
+
+    char date[16];
+    time_t now = time(NULL);
+    struct tm tm;
+    gmtime_r(&now, &tm);
+    strftime(date, sizeof date, "%Y-%m-%d", &tm);
+    FILE *csv = NULL;
+    if (csv_path) {
+        csv = fopen(csv_path, "a");
+        if (!csv) {
+            fprintf(stderr, "error: --csv: cannot open '%s' for appending\n", csv_path);
+            return 2;
+        }
+        if (ftell(csv) == 0) fputs("probe,device,date,dtype,tflops\n", csv);
+    }
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        int blocks_per_sm = 0;
+        const double tflops = bf16 ? measure<true>(prop, &blocks_per_sm) : measure<false>(prop, &blocks_per_sm);
+        const char *dtype = bf16 ? "bf16" : "fp16";
+        printf("mma.sync m16n8k16 %s -> f32: %.1f TFLOP/s  (%s, %d SMs x %d warps, median of %d runs)\n", dtype,
+               tflops, prop.name, prop.multiProcessorCount, blocks_per_sm * THREADS / 32, RUNS);
+        if (csv) fprintf(csv, "mma_sync_m16n8k16,%s,%s,%s,%.1f\n", prop.name, date, dtype, tflops);
+    }
+    if (csv) fclose(csv);
+    return 0;
+}

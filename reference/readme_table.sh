@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# reference/readme_table.sh - rewrites the README's comparison tables from a compare CSV, so
+# no number in them is typed by hand. Replaces everything between the lines
+#   <!-- compare-table:begin -->  and  <!-- compare-table:end -->
+# with the device, the date and the command that measured the rows, one table per benchmark
+# shape (reference/shapes.sh) and, when the CSV has the seqlen sweep, a TFLOP/s-by-seqlen table.
+#
+# usage: bash reference/readme_table.sh [CSV [README]]
+#   CSV: default the newest results/compare-*.csv; its ceiling is the ceiling-*.csv beside it.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+# shellcheck source=reference/shapes.sh
+. reference/shapes.sh
+
+csv=${1:-}
+if [ -z "$csv" ]; then
+  for f in results/compare-*.csv; do
+    if [ -e "$f" ] && { [ -z "$csv" ] || [ "$f" -nt "$csv" ]; }; then csv=$f; fi
+  done
+fi
+readme=${2:-README.md}
+if [ -z "$csv" ] || [ ! -f "$csv" ]; then
+  echo "error: readme_table.sh: no compare CSV ('${csv:-results/compare-*.csv}'): run make compare first" >&2
+  exit 2
+fi
+begin='<!-- compare-table:begin -->'
+end='<!-- compare-table:end -->'
+if [ "$(grep -cxF "$begin" "$readme")" != 1 ] || [ "$(grep -cxF "$end" "$readme")" != 1 ]; then
+  echo "error: readme_table.sh: $readme needs the lines '$begin' and '$end', once each" >&2
+  exit 2
+fi
+ceiling_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/ceiling-/')
+
+# Device and dates of the rows (step 00's rows say CPU: the GPU is the run's device).
+gpu=$(awk -F, 'FNR > 1 && $2 != "CPU" { g = $2 } END { print g }' "$csv")
+dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } END { print (f == l ? f : f " to " l) }' "$csv")
+# Rows at any shape but the seed one mean the run was SHAPES=all.
+command='make compare'
+read -r sb sh shkv sn sd sc <<<"$SEED_SHAPE"
+if awk -F, -v s="$sb,$sh,$shkv,$sn,$sn,$sd,$sc" 'FNR > 1 && $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 != s { found = 1 }
+   END { exit !found }' "$csv"; then
+  command='make compare SHAPES=all'
+fi
+ceiling_note=""
+if [ -f "$ceiling_csv" ]; then
+  ceiling_note=$(awk -F, '$1 != "probe" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
+  [ -n "$ceiling_note" ] && ceiling_note="; mma.sync m16n8k16 ceiling (fp16) ${ceiling_note} TFLOP/s from \`$ceiling_csv\`"
+fi
+
+block=$(mktemp)
+trap 'rm -f "$block" "$block.readme"' EXIT
+{
+  echo "<!-- written by reference/readme_table.sh from $csv: edit that, not this -->"
+  echo "Measured on **$gpu**, $dates, with \`$command\` (rows: \`$csv\`$ceiling_note)."
+  echo "Ratios are speed ratios to torch SDPA measured in the same run (above 1: faster than torch)."
+  awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(printf '%s;' "${BENCH_SHAPES[@]}")" \
+      -v sweep="$(printf '%s;' "${SWEEP_SHAPES[@]}")" -f reference/table.awk "$csv"
+} >"$block"
+
+awk -v begin="$begin" -v end="$end" -v block="$block" '
+  $0 == begin { print; while ((getline line < block) > 0) print line; skip = 1; next }
+  $0 == end { skip = 0 }
+  !skip' "$readme" >"$block.readme"
+cat "$block.readme" >"$readme"
+echo "readme_table.sh: $readme tables rewritten from $csv ($gpu, $dates)"

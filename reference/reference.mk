@@ -1,0 +1,24 @@
+# reference/reference.mk - the peers the steps are measured against, included by the top Makefile:
+#   build/reference/cublas/fa2, libfa2.so  the unfused cuBLAS baseline behind the fa2.h ABI
+#   build/reference/mma_ceiling            the measured mma.sync m16n8k16 peak of this GPU
+# Uses NVCC, NVCCFLAGS, GENCODE, CUDA_LIBS, BUILD and HARNESS_O of the top Makefile.
+
+REFERENCE_TARGETS := $(BUILD)/reference/cublas/fa2 $(BUILD)/reference/cublas/libfa2.so $(BUILD)/reference/mma_ceiling
+
+# cuBLAS is a shared library; the rpath is the directory CUDA_LIBS links from, so the
+# binary and the .so (dlopen'ed by the test matrix, ctypes) find it without LD_LIBRARY_PATH.
+REFERENCE_CUBLAS_LIBS := -lcublas $(patsubst -L%,-Xlinker -rpath=%,$(filter -L%,$(CUDA_LIBS)))
+
+$(BUILD)/reference/cublas/kernel.o: reference/cublas_unfused.cu common/*.h
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
+
+$(BUILD)/reference/cublas/fa2: $(BUILD)/reference/cublas/kernel.o $(BUILD)/common/main.o $(HARNESS_O)
+	$(NVCC) $(GENCODE) -Xcompiler -fopenmp $^ $(CUDA_LIBS) $(REFERENCE_CUBLAS_LIBS) -o $@
+
+$(BUILD)/reference/cublas/libfa2.so: $(BUILD)/reference/cublas/kernel.o $(BUILD)/common/validate.o
+	$(NVCC) $(GENCODE) -shared $^ $(CUDA_LIBS) $(REFERENCE_CUBLAS_LIBS) -o $@
+
+$(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) $< $(CUDA_LIBS) -o $@

@@ -1,0 +1,202 @@
+/* layouts.h - the layout formulas of steps 02..06, each written once.
+ *
+ * The scratch visualizers print from these functions and the GPU verifier
+ * (verify.cu) runs the real instructions with addresses and registers placed by
+ * them, so a printed map is a map the hardware was shown to follow.
+ * Plain C that is also valid C++, so nvcc's host pass can include it.
+ *
+ * Hardware facts used (PTX ISA: "Matrix Fragments for mma.m16n8k16",
+ * "ldmatrix"; CUDA C Programming Guide: "Shared Memory"):
+ *  - a warp's 32 lanes form 8 quads; in an mma fragment the quad number
+ *    (groupID = lane / 4) picks a row and the thread in the quad (lane % 4)
+ *    picks a pair of adjacent columns;
+ *  - ldmatrix moves 8x8 matrices of 16-bit elements, one 16-byte row per
+ *    address, and hands them out in exactly that fragment order;
+ *  - shared memory has 32 banks of 4 bytes; a bank serves one 4-byte word per
+ *    cycle, so 8 rows of a tile whose row length is a multiple of 128 bytes
+ *    land in the same banks unless the 16-byte chunks are permuted (swizzled).
+ */
+#ifndef SCRATCH_LAYOUTS_H
+#define SCRATCH_LAYOUTS_H
+
+enum {
+    WARP_SIZE = 32,
+    THREADS = 128,              /* threads per block in steps 02..06 */
+    WARPS = THREADS / WARP_SIZE,
+    BLOCK_M = 64,               /* query rows per block: 4 warps x 16 rows (one mma M each) */
+    BLOCK_N = 64,               /* keys per iteration */
+    ELEM_BYTES = 2,             /* fp16 / bf16 */
+    CHUNK_BYTES = 16,           /* one cp.async, one 128-bit access, one ldmatrix row */
+    CHUNK_ELEMS = CHUNK_BYTES / ELEM_BYTES,
+    BANKS = 32,
+    BANK_BYTES = 4,
+    SWIZZLE_ROWS = 8,           /* 8 chunks of 16 bytes = 128 bytes = every bank once */
+    MMA_M = 16, MMA_N = 8, MMA_K = 16,
+    MMA_A_REGS = 4, MMA_B_REGS = 2, MMA_C_REGS = 4,
+    HALVES = 2,                 /* 16-bit elements per 32-bit A/B register, lower column (or k) in the low half */
+    LDSM_ROWS = 8,              /* ldmatrix: 8x8 matrices */
+    LDSM_X4 = 4,                /* matrices of one ldmatrix.x4 */
+};
+
+typedef struct {
+    int row, col;
+} tile_coord;
+
+static inline tile_coord tile_coord_at(int row, int col)
+{
+    tile_coord c;
+    c.row = row;
+    c.col = col;
+    return c;
+}
+
+/* ---- mma.sync.aligned.m16n8k16.row.col, f16/bf16 inputs, f32 accumulators ---- */
+
+static inline int lane_group(int lane) { return lane >> 2; } /* groupID: the quad */
+static inline int lane_tig(int lane) { return lane & 3; }    /* thread in group */
+
+/* A, 16x16 [m][k]: a0 (g, 2t..2t+1), a1 (g+8, same), a2 (g, 2t+8..), a3 (g+8, 2t+8..). */
+static inline tile_coord mma_a_coord(int lane, int reg, int half)
+{
+    return tile_coord_at(lane_group(lane) + 8 * (reg & 1), 2 * lane_tig(lane) + half + 8 * (reg >> 1));
+}
+
+/* B, 16x8 [k][n]: b0 (k = 2t..2t+1, n = g), b1 (k + 8). A K tile stored [key][d]
+ * already is B transposed ("col"), which is why K needs no .trans below. */
+static inline tile_coord mma_b_coord(int lane, int reg, int half)
+{
+    return tile_coord_at(2 * lane_tig(lane) + half + 8 * reg, lane_group(lane));
+}
+
+/* C/D, 16x8 [m][n] fp32: c0, c1 (g, 2t..2t+1), c2, c3 (g+8, same). */
+static inline tile_coord mma_c_coord(int lane, int reg)
+{
+    return tile_coord_at(lane_group(lane) + 8 * (reg >> 1), 2 * lane_tig(lane) + (reg & 1));
+}
+
+/* P.V k-step j reads keys 16j..16j+15 = S n-tiles 2j and 2j+1. Two C tiles side
+ * by side have the A layout, so A register reg, half h is the same lane's
+ * accumulator p_source_creg of S n-tile p_source_ntile: no shuffle needed. */
+static inline int p_source_ntile(int kstep, int reg) { return 2 * kstep + (reg >> 1); }
+static inline int p_source_creg(int reg, int half) { return 2 * (reg & 1) + half; }
+
+/* The tile elements each fragment register needs, in [row][col] of the shared
+ * tiles: Q [BLOCK_M][D], K and V [BLOCK_N][D], O [BLOCK_M][D]. */
+static inline tile_coord q_fragment_element(int warp, int kk, int lane, int reg, int half)
+{
+    tile_coord a = mma_a_coord(lane, reg, half);
+    return tile_coord_at(warp * MMA_M + a.row, kk * MMA_K + a.col);
+}
+
+/* S = Q K^T: B[k][n] = K[key 8 ntile + n][d 16 kk + k] */
+static inline tile_coord k_fragment_element(int ntile, int kk, int lane, int reg, int half)
+{
+    tile_coord b = mma_b_coord(lane, reg, half);
+    return tile_coord_at(ntile * MMA_N + b.col, kk * MMA_K + b.row);
+}
+
+/* O = P V: B[k][n] = V[key 16 kk + k][d 8 dtile + n] */
+static inline tile_coord v_fragment_element(int kk, int dtile, int lane, int reg, int half)
+{
+    tile_coord b = mma_b_coord(lane, reg, half);
+    return tile_coord_at(kk * MMA_K + b.row, dtile * MMA_N + b.col);
+}
+
+static inline tile_coord o_fragment_element(int warp, int dtile, int lane, int reg)
+{
+    tile_coord c = mma_c_coord(lane, reg);
+    return tile_coord_at(warp * MMA_M + c.row, dtile * MMA_N + c.col);
+}
+
+/* ---- ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16 ---- */
+
+/* Lanes 8i..8i+7 give the 8 row addresses of matrix i (x1 reads lanes 0-7,
+ * x2 lanes 0-15, x4 all 32); matrix i arrives in register i of every lane. */
+static inline int ldsm_address_lane(int matrix, int row) { return LDSM_ROWS * matrix + row; }
+
+/* (row, element) of matrix i that `lane` receives in half h of register i.
+ * Not transposed: row lane/4, elements 2(lane%4), +1 - the C layout of an 8x8
+ * block. .trans: element lane/4 of rows 2(lane%4), +1 - the B layout. */
+static inline tile_coord ldsm_received(int lane, int half, int trans)
+{
+    return trans ? tile_coord_at(2 * (lane % 4) + half, lane / 4) : tile_coord_at(lane / 4, 2 * (lane % 4) + half);
+}
+
+/* The three ldmatrix.x4 of step 04 (Q as A; K as B; V as B, .trans because V
+ * is stored [key][d] while B wants [d][key] rows). Every operand has
+ * 4 x D/16 instances, 4 = BLOCK_M / 16 = BLOCK_N / 16:
+ * Q (warp, kk), K (n-tile pair, kk), V (kk, d-tile pair). */
+typedef enum { OPERAND_Q, OPERAND_K, OPERAND_V, OPERANDS } operand;
+
+static inline const char *operand_name(operand op) { return op == OPERAND_Q ? "Q" : op == OPERAND_K ? "K" : "V"; }
+static inline int ldsm_trans(operand op) { return op == OPERAND_V; }
+static inline int ldsm_instances(int dim) { return (BLOCK_N / 16) * (dim / 16); }
+
+/* The tile element that `lane` puts on the address bus. */
+static inline tile_coord ldsm_address(operand op, int dim, int instance, int lane)
+{
+    int outer = instance / (dim / 16), inner = instance % (dim / 16);
+    switch (op) {
+    case OPERAND_Q: /* matrices: rows 0-7 | 8-15 (a0, a1), then the same rows 8 columns on (a2, a3) */
+        return tile_coord_at(outer * 16 + lane % 16, inner * 16 + (lane / 16) * 8);
+    case OPERAND_K: /* matrices: keys n0.. d 0-7 (b0), d 8-15 (b1), then keys n0+8.. (b0, b1 of the next n-tile) */
+        return tile_coord_at(outer * 16 + (lane / 16) * 8 + lane % 8, inner * 16 + ((lane / 8) % 2) * 8);
+    default: /* V: matrices: keys 0-7 (b0), keys 8-15 (b1) of d-tile d0, then of d-tile d0+8 */
+        return tile_coord_at(outer * 16 + lane % 8 + ((lane / 8) % 2) * 8, inner * 16 + (lane / 16) * 8);
+    }
+}
+
+/* The tile element the mma needs in register reg, half h: Q's a0..a3; for K and
+ * V b0, b1 of the first n-tile (d-tile) of the pair, then b0, b1 of the second. */
+static inline tile_coord ldsm_needed(operand op, int dim, int instance, int lane, int reg, int half)
+{
+    int outer = instance / (dim / 16), inner = instance % (dim / 16);
+    switch (op) {
+    case OPERAND_Q: return q_fragment_element(outer, inner, lane, reg, half);
+    case OPERAND_K: return k_fragment_element(2 * outer + reg / 2, inner, lane, reg % 2, half);
+    default: return v_fragment_element(outer, 2 * inner + reg / 2, lane, reg % 2, half);
+    }
+}
+
+/* What ldmatrix delivers to `lane` in register reg, half h, given each lane's
+ * address: row `r` of matrix reg comes from lane ldsm_address_lane(reg, r). */
+static inline tile_coord ldsm_delivered(operand op, int dim, int instance, int lane, int reg, int half)
+{
+    tile_coord got = ldsm_received(lane, half, ldsm_trans(op));
+    tile_coord row_start = ldsm_address(op, dim, instance, ldsm_address_lane(reg, got.row));
+    return tile_coord_at(row_start.row, row_start.col + got.col);
+}
+
+/* ---- shared-memory tiles [rows][D] of 16-bit elements, 16-byte chunks ---- */
+
+static inline int chunks_per_row(int dim) { return dim / CHUNK_ELEMS; }
+
+/* XOR with the row's low 3 bits: 8 consecutive rows put a given logical chunk in
+ * 8 different 16-byte bank groups. Needs at least 8 chunks per row (D >= 64);
+ * for D = 128 only the low 3 bits change, so a chunk stays in its half row. */
+static inline int swizzle_chunk(int row, int chunk) { return chunk ^ (row % SWIZZLE_ROWS); }
+
+static inline int smem_byte_offset(int row, int col, int dim, int swizzled)
+{
+    int chunk = col / CHUNK_ELEMS;
+    int physical = swizzled ? swizzle_chunk(row, chunk) : chunk;
+    return row * dim * ELEM_BYTES + physical * CHUNK_BYTES + (col % CHUNK_ELEMS) * ELEM_BYTES;
+}
+
+static inline int smem_bank(int byte_offset) { return byte_offset / BANK_BYTES % BANKS; }
+
+/* ---- global -> shared copy (cp.async, 16 bytes per thread per iteration) ---- */
+
+/* Thread t copies chunks t, t + 128, ...: consecutive threads take consecutive
+ * 16-byte chunks of a row, so a warp reads whole rows (coalesced) and each
+ * group of 8 lanes writes 128 contiguous shared bytes. */
+static inline int copy_iterations(int rows, int dim) { return (rows * chunks_per_row(dim) + THREADS - 1) / THREADS; }
+
+/* (row, chunk) copied by `thread` in iteration `iter`; row >= rows means idle. */
+static inline tile_coord copy_chunk(int thread, int iter, int dim)
+{
+    int index = thread + THREADS * iter;
+    return tile_coord_at(index / chunks_per_row(dim), index % chunks_per_row(dim));
+}
+
+#endif /* SCRATCH_LAYOUTS_H */

@@ -1,0 +1,47 @@
+# scratch.mk - the layout visualizers (scratch/*.c) and the GPU verifier (scratch/verify.cu).
+# Included by the top Makefile, which defines CC, NVCC, GENCODE and BUILD; the defaults below
+# only serve `make -f scratch/scratch.mk ...` (what scratch/test.sh runs), so it also works alone.
+#
+#   make scratch                               build and run every visualizer with default args
+#   make scratch name=swizzle ARGS="--dim 64"  run one (name=verify: the GPU verifier)
+#   make scratch-test                          the property checks (scratch/test.sh)
+
+CUDA    ?= /usr/local/cuda
+NVCC    ?= $(CUDA)/bin/nvcc
+BUILD   ?= build
+# PTX for sm_80 as well as its SASS, so the standalone build also runs on newer GPUs (JIT).
+GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80
+
+SCRATCH_NAMES    := mma_fragments ldmatrix swizzle bank_conflicts copy_layout quad_shuffle
+SCRATCH_PROGRAMS := $(SCRATCH_NAMES:%=$(BUILD)/scratch/%)
+SCRATCH_VERIFY   := $(BUILD)/scratch/verify
+SCRATCH_HEADERS  := scratch/layouts.h scratch/tool.h
+
+name ?=
+
+.PHONY: scratch scratch-build scratch-names scratch-test
+
+$(BUILD)/scratch/%: scratch/%.c $(SCRATCH_HEADERS)
+	@mkdir -p $(dir $@)
+	$(CC) -O2 -std=c11 -Wall -Wextra $< -o $@
+
+$(SCRATCH_VERIFY): scratch/verify.cu $(SCRATCH_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 $(GENCODE) -Xcompiler -Wall $< -o $@
+
+scratch-build: $(SCRATCH_PROGRAMS)
+
+scratch-names:
+	@echo $(SCRATCH_NAMES)
+
+scratch: $(if $(filter verify,$(name)),$(SCRATCH_VERIFY),$(SCRATCH_PROGRAMS))
+	@if [ -z "$(name)" ]; then \
+	  for p in $(SCRATCH_NAMES); do echo "== $$p"; $(BUILD)/scratch/$$p || exit 1; echo; done; \
+	else \
+	  case " $(SCRATCH_NAMES) verify " in *" $(name) "*) ;; \
+	  *) echo "error: name='$(name)' is not allowed (allowed: $(SCRATCH_NAMES) verify)"; exit 2;; esac; \
+	  $(BUILD)/scratch/$(name) $(ARGS); \
+	fi
+
+scratch-test:
+	@bash scratch/test.sh

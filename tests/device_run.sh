@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# One call on a GPU machine: build, test, time, profile. Everything it prints
+# also goes under DIR (default build/device); phases run in the order given.
+# usage: bash tests/device_run.sh DIR [build] [test] [time] [ncu] [profile] [sweep] [compare] [compare-all]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+dir=${1:-build/device}; shift || true
+mkdir -p "$dir"
+phases=${*:-build test time ncu}
+dev=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n1)
+echo "device: $dev; driver $(nvidia-smi --query-gpu=driver_version --format=csv,noheader | head -n1); $(nvcc --version | tail -n1)"
+
+for phase in $phases; do
+  echo "######## $phase"
+  case $phase in
+    build) make -j"$(nproc)" all 2>&1 | tee "$dir/build.log" | grep -E "error|warning" ;;
+    test) make test 2>&1 | tee "$dir/test.log" | grep -vE '^PASS '; cp -r build/test-logs "$dir/" ;;
+    time)
+      for bin in build/step0[1-9]/fa2; do
+        for shape in "--batch 2 --heads 8 --seqlen 1024 --dim 128" "--batch 4 --heads 16 --seqlen 4096 --dim 128" \
+                     "--batch 4 --heads 16 --seqlen 4096 --dim 128 --causal" "--batch 4 --heads 16 --seqlen 4096 --dim 64"; do
+          # shellcheck disable=SC2086
+          "$bin" $shape --csv "$dir/time.csv" 2>&1 | tee -a "$dir/time.log"
+        done
+      done ;;
+    ncu)
+      metrics=gpu__time_duration.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_executed_op_ldsm.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
+      for bin in build/step0[2-9]/fa2; do
+        ncu --clock-control none --launch-count 1 --metrics "$metrics" --csv "$bin" --iters 1 --warmup 0 --check off \
+          >"$dir/ncu-$(basename "$(dirname "$bin")").csv" 2>"$dir/ncu-err.log" || tail -n 3 "$dir/ncu-err.log"
+        echo "$bin: $(grep -cE 'l1tex|sm__|smsp|gpu__|dram|launch' "$dir/ncu-$(basename "$(dirname "$bin")").csv") metric rows"
+      done ;;
+    profile)
+      for bin in build/step05/fa2 build/step06/fa2; do
+        ncu --clock-control none --launch-count 1 --section LaunchStats --section Occupancy --section SchedulerStats \
+          --section WarpStateStats --section ComputeWorkloadAnalysis --section MemoryWorkloadAnalysis --page details --csv \
+          "$bin" --batch 4 --heads 16 --seqlen 4096 --dim 128 --iters 1 --warmup 0 --check off \
+          >"$dir/profile-$(basename "$(dirname "$bin")").csv" 2>>"$dir/ncu-err.log"
+        grep -E 'Stall|Issue Slots Busy|Eligible Warps|Achieved Occupancy|Registers Per|Pipe Util' "$dir/profile-$(basename "$(dirname "$bin")").csv" | cut -d, -f13- | head -40
+      done ;;
+    sweep) bash steps/06_staged_epilogue/sweep.sh "$dir/sweep.csv" 30 2>&1 | tee "$dir/sweep.log" | grep -E '^==|PASS|FAIL' ;;
+    compare) PYTHONUNBUFFERED=1 make compare 2>&1 | tee "$dir/compare.log" | tail -n 40; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
+    compare-all) PYTHONUNBUFFERED=1 make compare SHAPES=all 2>&1 | tee "$dir/compare-all.log" | tail -n 120; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
