@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, test, time, profile. Everything it prints
 # also goes under DIR (default build/device); phases run in the order given.
-# usage: bash tests/device_run.sh DIR [build] [test] [time] [ncu] [profile] [sweep] [compare] [compare-all]
+# usage: bash tests/device_run.sh DIR [build] [test] [time] [ncu] [profile] [stalls] [sweep] [compare] [compare-all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/device}; shift || true
@@ -37,6 +37,17 @@ for phase in $phases; do
           "$bin" --batch 4 --heads 16 --seqlen 4096 --dim 128 --iters 1 --warmup 0 --check off \
           >"$dir/profile-$(basename "$(dirname "$bin")").csv" 2>>"$dir/ncu-err.log"
         grep -E 'Stall|Issue Slots Busy|Eligible Warps|Achieved Occupancy|Registers Per|Pipe Util' "$dir/profile-$(basename "$(dirname "$bin")").csv" | cut -d, -f13- | head -40
+      done ;;
+    stalls)
+      stall_metrics=gpu__time_duration.sum,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,smsp__warps_eligible.avg.per_cycle_active,smsp__warps_active.avg.per_cycle_active,launch__registers_per_thread,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem,sm__warps_active.avg.pct_of_peak_sustained_active
+      for r in barrier long_scoreboard short_scoreboard math_pipe_throttle mio_throttle wait not_selected selected dispatch_stall lg_throttle no_instruction branch_resolving membar sleeping drain misc tex_throttle imc_miss; do
+        stall_metrics+=",smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+      done
+      for bin in build/step0[2-9]/fa2; do
+        name=$(basename "$(dirname "$bin")")
+        ncu --clock-control none --launch-count 1 --metrics "$stall_metrics" --csv "$bin" --batch 4 --heads 16 --seqlen 4096 --dim 128 \
+          --iters 1 --warmup 0 --check off >"$dir/stalls-$name.csv" 2>>"$dir/ncu-err.log"
+        echo "== $name"; grep -E 'stalled|tensor|issue_active|eligible' "$dir/stalls-$name.csv" | awk -F'","' '{printf "  %-70s %s\n", $13, $15}' | tr -d '"' | sort -k2 -rn | head -8
       done ;;
     sweep) bash steps/06_staged_epilogue/sweep.sh "$dir/sweep.csv" 30 2>&1 | tee "$dir/sweep.log" | grep -E '^==|PASS|FAIL' ;;
     compare) PYTHONUNBUFFERED=1 make compare 2>&1 | tee "$dir/compare.log" | tail -n 40; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;

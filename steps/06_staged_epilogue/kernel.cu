@@ -155,10 +155,17 @@ __device__ __forceinline__ void copy_tile_async(uint16_t (*tile_smem)[D], const 
                                                 int valid_rows)
 {
     constexpr int CHUNKS_PER_ROW = D * 2 / 16;  // 16-byte chunks of one row
-    static_assert((ROWS * CHUNKS_PER_ROW) % THREADS == 0, "every thread copies the same number of chunks");
-    for (int i = threadIdx.x; i < ROWS * CHUNKS_PER_ROW; i += THREADS) {
-        int row = i / CHUNKS_PER_ROW, chunk = i % CHUNKS_PER_ROW;
-        bool valid = row < valid_rows;
+    constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
+    static_assert(THREADS % CHUNKS_PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0,
+                  "every thread copies the same chunk column of the same number of rows");
+    static_assert(ROWS_PER_PASS % 8 == 0, "a thread's rows share row % 8, so its swizzled chunk is the same in every pass");
+    // A fixed trip count, unrolled: the row, chunk and swizzle of the first pass
+    // are computed once, later passes add constants (ROWS_PER_PASS rows further).
+    const int row0 = threadIdx.x / CHUNKS_PER_ROW, chunk = threadIdx.x % CHUNKS_PER_ROW;
+#pragma unroll
+    for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+        const int row = row0 + pass * ROWS_PER_PASS;
+        const bool valid = row < valid_rows;
         cp_async_16(&tile_smem[row][swizzle(row, chunk * 8)], src + (valid ? row * row_stride : 0) + chunk * 8, valid);
     }
 }
@@ -220,7 +227,11 @@ __global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params 
         l_run[mt][0] = l_run[mt][1] = 0.0f;
     }
 
-    for (int nb = 0; nb < n_blocks; nb++) {
+    // One key tile: the loop body, instantiated twice. Tiles that need no mask
+    // (all but the diagonal ones and the seqlen_k tail) run a copy compiled with
+    // no masking code at all, so its compares and selects, and the register
+    // shuffling a run-time branch around them costs, leave the hot loop.
+    auto key_tile = [&](const int nb, auto masked) {
         const int n0 = nb * BLOCK_N, stage = nb % STAGES, next = (nb + 1) % STAGES;
         cp_async_wait<1>();  // K_nb (and Q) have landed; V_nb may still be in flight
         __syncthreads();     // ... for every thread's copies; and every warp is done with tile nb - 1
@@ -266,8 +277,7 @@ __global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params 
             }
         }
 
-        const bool needs_mask = n0 + BLOCK_N > p.seqlen_k || (p.causal && n0 + BLOCK_N - 1 > m0 + shift);
-        if (needs_mask) {
+        if constexpr (decltype(masked)::value) {
 #pragma unroll
             for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
@@ -338,7 +348,15 @@ __global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params 
                 }
             }
         }
-    }
+    };
+
+    // Tiles from first_masked on cross the diagonal (causal: some key is past the
+    // first row's last visible key) or hold the seqlen_k tail.
+    int first_masked = p.seqlen_k / BLOCK_N;
+    if (p.causal) first_masked = min(first_masked, max(0, (m0 + shift + 1) / BLOCK_N));
+    first_masked = min(first_masked, n_blocks);
+    for (int nb = 0; nb < first_masked; nb++) key_tile(nb, std::false_type{});
+    for (int nb = first_masked; nb < n_blocks; nb++) key_tile(nb, std::true_type{});
 
     // Epilogue, 1: finish the row sums across the quad, normalise in registers,
     // write O into the Q tile's shared memory (swizzled: a fragment's 8 rows hit 8
