@@ -26,13 +26,16 @@ HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 step       ?=
 STEP_DIR    = $(wildcard steps/$(step)_*)
 
-.PHONY: help all run diff test clean check-step
+.PHONY: help all run diff info profile sanitize test clean check-step
 .DEFAULT_GOAL := help
 
 help:
 	@echo "make all                      build every step (binary + shared library) and the tests"
 	@echo "make step=NN run [ARGS=...]   check and time one step (ARGS: see build/stepNN/fa2 --help)"
 	@echo "make step=NN diff             what step NN changed since the step before it"
+	@echo "make step=NN info             registers, shared memory, spills, SASS mix (HMMA, LDSM, LDGSTS, MUFU...)"
+	@echo "make step=NN profile [ARGS=]  Nsight Compute on one launch: tensor pipe, issue, stalls, bank conflicts"
+	@echo "make step=NN sanitize         compute-sanitizer memcheck, racecheck, synccheck, initcheck"
 	@echo "make compare [SHAPES=all]     every step, the cuBLAS baseline and torch SDPA: the progression table"
 	@echo "make plots [CSV=...]          PNGs from a compare CSV (matplotlib; a local .venv if needed)"
 	@echo "make scratch [name=NAME ARGS=...]  print layouts: fragments, ldmatrix, swizzle, banks (name=verify: on the GPU)"
@@ -56,6 +59,18 @@ diff: check-step
 	if [ -z "$$prev" ]; then echo "step $(step) is the first step: nothing to diff against"; exit 0; fi; \
 	git --no-pager diff --no-index --stat $$prev/kernel.c* $(STEP_DIR)/kernel.c* ; \
 	git --no-pager diff --no-index --color=auto $$prev/kernel.c* $(STEP_DIR)/kernel.c* || true
+
+info: check-step
+	@$(MAKE) -s $(BUILD)/step$(step)/fa2
+	@bash tools/info.sh $(STEP_DIR) $(BUILD)/step$(step) "$(NVCCFLAGS)"
+
+profile: check-step
+	@$(MAKE) -s $(BUILD)/step$(step)/fa2
+	@bash tools/profile.sh $(BUILD)/step$(step)/fa2 $(ARGS)
+
+sanitize: check-step
+	@$(MAKE) -s $(BUILD)/step$(step)/fa2
+	@bash tools/sanitize.sh $(BUILD)/step$(step)/fa2
 
 # ---- harness ----
 $(BUILD)/common/%.o: common/%.c common/*.h

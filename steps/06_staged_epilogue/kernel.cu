@@ -50,7 +50,7 @@ template <int D> using Config = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, F
 #else
 template <int D> struct ConfigFor;
 template <> struct ConfigFor<64> { using type = TileConfig<4, 2, 64, 2>; };
-template <> struct ConfigFor<128> { using type = TileConfig<4, 2, 32, 2>; };
+template <> struct ConfigFor<128> { using type = TileConfig<8, 1, 128, 2>; };
 template <int D> using Config = typename ConfigFor<D>::type;
 #endif
 
@@ -120,6 +120,25 @@ __device__ __forceinline__ float exp2_approx(float x)
     float y;
     asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
     return y;
+}
+
+// Reduces N values pairwise, a balanced tree of depth log2 N: a chain of N - 1
+// dependent FMNMX or FADD would wait out each one's latency (about 4 cycles)
+// in turn, and with two warps per scheduler little else can fill those cycles.
+struct MaxOp { __device__ static float apply(float a, float b) { return fmaxf(a, b); } };
+struct SumOp { __device__ static float apply(float a, float b) { return a + b; } };
+template <typename Op, int N>
+__device__ __forceinline__ float tree_reduce(const float (&x)[N])
+{
+    static_assert((N & (N - 1)) == 0, "a balanced pairwise tree needs a power-of-two count");
+    if constexpr (N == 1) {
+        return x[0];
+    } else {
+        float half[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) half[i] = Op::apply(x[i], x[i + N / 2]);
+        return tree_reduce<Op>(half);
+    }
 }
 
 // Two fp32 -> one register of two 16-bit values, lo in the low half.
@@ -294,23 +313,22 @@ __global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params 
         for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
             for (int r = 0; r < 2; r++) {
-                float row_max = -INFINITY;
+                float row_vals[BLOCK_N / MMA_N * 2];  // this lane's BLOCK_N / 4 scores of the row
 #pragma unroll
-                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) row_max = fmaxf(row_max, fmaxf(s_acc[mt][nt][2 * r], s_acc[mt][nt][2 * r + 1]));
+                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) row_vals[2 * nt] = s_acc[mt][nt][2 * r], row_vals[2 * nt + 1] = s_acc[mt][nt][2 * r + 1];
+                float row_max = tree_reduce<MaxOp>(row_vals);
                 row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));  // the 4 lanes of a quad
                 row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));  // share one row
                 const float m_new = fmaxf(m_run[mt][r], row_max * scale_log2);
                 const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: exp2(-inf) = 0, no NaN
                 const float correction = exp2_approx(m_run[mt][r] - m_use);
                 m_run[mt][r] = m_new;
-                float row_sum = 0.0f;
 #pragma unroll
                 for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) {
-                    s_acc[mt][nt][2 * r] = exp2_approx(fmaf(s_acc[mt][nt][2 * r], scale_log2, -m_use));
-                    s_acc[mt][nt][2 * r + 1] = exp2_approx(fmaf(s_acc[mt][nt][2 * r + 1], scale_log2, -m_use));
-                    row_sum += s_acc[mt][nt][2 * r] + s_acc[mt][nt][2 * r + 1];
+                    s_acc[mt][nt][2 * r] = row_vals[2 * nt] = exp2_approx(fmaf(s_acc[mt][nt][2 * r], scale_log2, -m_use));
+                    s_acc[mt][nt][2 * r + 1] = row_vals[2 * nt + 1] = exp2_approx(fmaf(s_acc[mt][nt][2 * r + 1], scale_log2, -m_use));
                 }
-                l_run[mt][r] = l_run[mt][r] * correction + row_sum;
+                l_run[mt][r] = l_run[mt][r] * correction + tree_reduce<SumOp>(row_vals);
 #pragma unroll
                 for (int dt = 0; dt < D / MMA_N; dt++) {
                     o_acc[mt][dt][2 * r] *= correction;

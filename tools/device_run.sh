@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, test, time, profile. Everything it prints
 # also goes under DIR (default build/device); phases run in the order given.
-# usage: bash tests/device_run.sh DIR [build] [test] [time] [ncu] [profile] [stalls] [sweep] [compare] [compare-all]
+# usage: bash tools/device_run.sh DIR [build] [test] [time] [ncu] [profile] [stalls] [sanitize] [ncu-table] [sweep] [compare] [compare-all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/device}; shift || true
@@ -49,6 +49,19 @@ for phase in $phases; do
           --iters 1 --warmup 0 --check off >"$dir/stalls-$name.csv" 2>>"$dir/ncu-err.log"
         echo "== $name"; grep -E 'stalled|tensor|issue_active|eligible' "$dir/stalls-$name.csv" | awk -F'","' '{printf "  %-70s %s\n", $13, $15}' | tr -d '"' | sort -k2 -rn | head -8
       done ;;
+    sanitize)
+      for bin in build/step0[1-9]/fa2; do
+        (bash tools/sanitize.sh "$bin" >"$dir/sanitize-$(basename "$(dirname "$bin")").txt" 2>&1; echo "$bin sanitize exit $?") &
+      done
+      wait
+      cat "$dir"/sanitize-step*.txt | grep -cE '^PASS' | sed 's/^/sanitize PASS lines: /'; grep -hE '^FAIL' "$dir"/sanitize-step*.txt ;;
+    ncu-table)
+      for bin in build/step0[2-9]/fa2; do
+        bash tools/profile.sh "$bin" >"$dir/profile-seed-$(basename "$(dirname "$bin")").txt" 2>&1
+        bash tools/profile.sh "$bin" --batch 4 --heads 16 --seqlen 4096 --dim 128 >"$dir/profile-big-$(basename "$(dirname "$bin")").txt" 2>&1
+      done
+      bash tools/ncu_table.sh "$dir"/profile-seed-step*.txt | tee "$dir/ncu-table-seed.md"
+      bash tools/ncu_table.sh "$dir"/profile-big-step*.txt | tee "$dir/ncu-table-big.md" ;;
     sweep) bash steps/06_staged_epilogue/sweep.sh "$dir/sweep.csv" 30 2>&1 | tee "$dir/sweep.log" | grep -E '^==|PASS|FAIL' ;;
     compare) PYTHONUNBUFFERED=1 make compare 2>&1 | tee "$dir/compare.log" | tail -n 40; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
     compare-all) PYTHONUNBUFFERED=1 make compare SHAPES=all 2>&1 | tee "$dir/compare-all.log" | tail -n 120; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;

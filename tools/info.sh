@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# make step=NN info: what the compiler made of a step's kernel -- registers,
+# shared memory, spills (ptxas), and the SASS instructions that matter for
+# FlashAttention: HMMA (tensor cores), LDSM (ldmatrix), LDGSTS (cp.async),
+# LDS/STS (ordinary shared loads/stores), MUFU.EX2 (exp2), BAR (barriers),
+# LDL/STL (local memory: spills).
+# usage: bash tools/info.sh STEP_DIR BUILD_DIR "NVCC FLAGS..."
+set -euo pipefail
+step_dir=$1 build_dir=$2 nvcc_flags=$3
+src=$(ls "$step_dir"/kernel.cu 2>/dev/null || true)
+if [ -z "$src" ]; then echo "$(basename "$step_dir") runs on the CPU: no kernel to inspect"; exit 0; fi
+NVCC=${NVCC:-nvcc}
+echo "== $(basename "$step_dir"): ptxas resources (one line per instantiation: dtype x head dim)"
+# shellcheck disable=SC2086
+$NVCC $nvcc_flags -Xptxas -v -c "$src" -o /dev/null 2>&1 |
+  awk '/Compiling entry function/ {match($0, /_Z[^ '"'"']*/); fn=substr($0, RSTART, RLENGTH)}
+       /bytes stack frame/ {stack=$0; sub(/^ */, "", stack)}
+       /Used [0-9]+ registers/ {sub(/^ *ptxas info *: */, ""); print fn "|" $0 "|" stack}' |
+  sed -E 's/^[^|]*__half[^|]*Li([0-9]+)E[^|]*/fp16 d\1/; s/^[^|]*bfloat16[^|]*Li([0-9]+)E[^|]*/bf16 d\1/' |
+  awk -F'|' '{printf "  %-10s %-44s %s\n", $1, $2, $3}' | sort
+obj=$build_dir/kernel.o
+CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || true)}
+if [ -z "$CUOBJDUMP" ]; then
+  echo "cuobjdump not found (it ships with the full CUDA Toolkit): no SASS instruction mix"; exit 0
+fi
+echo "== SASS instruction mix of $obj (static counts per kernel; the main loop dominates at run time)"
+"$CUOBJDUMP" -sass "$obj" | awk '
+  /Function : / { fn = $3; t = (fn ~ /bfloat16/) ? "bf16" : "fp16"; match(fn, /Li[0-9]+E/)
+                  fn = t " d" substr(fn, RSTART + 2, RLENGTH - 3) }
+  match($0, /\/\*[0-9a-f]+\*\/ +(@!?U?P[0-9T]+ +)?[A-Z][A-Z0-9_.]+/) {
+    ins = substr($0, RSTART, RLENGTH); sub(/.*\*\/ +(@!?U?P[0-9T]+ +)?/, "", ins); split(ins, part, ".")
+    op = part[1]; if (op == "MUFU") op = "MUFU." part[2]
+    n[fn, op]++; fns[fn] = 1 }
+  END {
+    split("HMMA LDSM LDGSTS LDS STS MUFU.EX2 BAR LDL STL", want, " ")
+    printf "  %-10s", "kernel"; for (i = 1; i <= 9; i++) printf " %8s", want[i]; printf "\n"
+    for (f in fns) { printf "  %-10s", f
+      for (i = 1; i <= 9; i++) printf " %8d", n[f, want[i]]; printf "\n" } }'

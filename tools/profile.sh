@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# make step=NN profile: Nsight Compute on one launch of a step, with a curated
+# metric list (time, tensor pipe, issue slots, eligible warps, occupancy, shared
+# memory bank conflicts and wavefronts, DRAM throughput, the top stall reasons).
+# usage: bash tools/profile.sh BINARY [harness args...]
+set -uo pipefail
+bin=$1; shift
+NCU=${NCU:-$(command -v ncu || true)}
+if [ -z "$NCU" ]; then
+  echo "error: ncu (Nsight Compute) not found: install it with the CUDA Toolkit, or set NCU=/path/to/ncu"; exit 2
+fi
+metrics=gpu__time_duration.sum
+metrics+=,sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active
+metrics+=,smsp__issue_active.avg.pct_of_peak_sustained_active
+metrics+=,smsp__warps_eligible.avg.per_cycle_active,smsp__warps_active.avg.per_cycle_active
+metrics+=,sm__warps_active.avg.pct_of_peak_sustained_active,launch__registers_per_thread
+metrics+=,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
+metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
+metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
+metrics+=,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_executed_op_ldsm.sum
+metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed
+for r in wait short_scoreboard long_scoreboard barrier math_pipe_throttle mio_throttle dispatch_stall not_selected selected; do
+  metrics+=",smsp__average_warps_issue_stalled_${r}_per_issue_active.ratio"
+done
+out=$(mktemp)
+# --clock-control none: measure the GPU at the clocks it runs at, never pin or change them.
+"$NCU" --clock-control none --launch-count 1 --metrics "$metrics" --csv "$bin" --iters 1 --warmup 0 --check off "$@" >"$out" 2>&1
+rc=$?
+if grep -q "ERR_NVGPUCTRPERM" "$out"; then
+  echo "error: ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root or allow profiling for all users"; rm -f "$out"; exit 2
+fi
+if [ $rc -ne 0 ] || ! grep -q '"Metric Name"' "$out"; then
+  echo "error: ncu failed (exit $rc):"; tail -n 5 "$out"; rm -f "$out"; exit 1
+fi
+grep -vE '^"|^==' "$out" | head -n 3
+awk -F'","' 'NR > 1 && /Metric Name/ {next} /^"[0-9]/ { gsub(/"/, "", $15); printf "  %-78s %-14s %s\n", $13, $14, $15 }' "$out"
+rm -f "$out"

@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# make step=NN sanitize: compute-sanitizer's four tools (memcheck, racecheck,
+# synccheck, initcheck) on a small shape and on a shape with tail tiles, causal,
+# GQA and Nq != Nk. Passes only if every run reports 0 errors.
+# usage: bash tools/sanitize.sh BINARY
+set -uo pipefail
+bin=$1
+CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
+if [ -z "$CS" ]; then
+  echo "error: compute-sanitizer not found: it ships with the CUDA Toolkit (or set COMPUTE_SANITIZER=...)"; exit 2
+fi
+shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
+        "--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16")
+failed=0
+for tool in memcheck racecheck synccheck initcheck; do
+  for shape in "${shapes[@]}"; do
+    # shellcheck disable=SC2086
+    out=$("$CS" --tool "$tool" --error-exitcode 9 "$bin" $shape --warmup 0 --iters 1 --check full 2>&1)
+    rc=$?
+    summary=$(echo "$out" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -n 1)
+    if [ $rc -eq 0 ]; then echo "PASS $tool $shape: ${summary:-no errors}"
+    else failed=$((failed + 1)); echo "FAIL $tool $shape (exit $rc): ${summary}"; echo "$out" | grep -m 5 -E "=========" ; fi
+  done
+done
+[ $failed -eq 0 ]
