@@ -13,7 +13,7 @@ NVCC=${NVCC:-nvcc}
 ARCH=${ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d ' .')}
 candidates=(
   "4 1 64 2" "4 1 128 2" "8 1 64 2" "8 1 128 2"
-  "4 2 32 2" "4 2 64 2" "4 2 32 3" "4 2 64 3" "8 2 32 2"
+  "4 2 32 2" "4 2 64 2" "4 2 32 3" "4 2 64 3" "8 2 32 2" "4 2 128 2"
 )
 build_one() {
   set -- $1
