@@ -4,6 +4,7 @@
 # (WARPS M_TILES BLOCK_N STAGES), checks and times each at the benchmark shapes,
 # and writes one CSV (harness columns + config) to the file given.
 # usage: bash steps/06_staged_epilogue/sweep.sh OUT.csv [ITERS]
+#   SWEEP_CANDIDATES="4 2 64 2;8 1 128 2" and SWEEP_SHAPES="--seqlen 1024 --dim 64;..." narrow it.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: sweep.sh OUT.csv [ITERS]}
@@ -15,6 +16,7 @@ candidates=(
   "4 1 64 2" "4 1 128 2" "8 1 64 2" "8 1 128 2"
   "4 2 32 2" "4 2 64 2" "4 2 32 3" "4 2 64 3" "8 2 32 2" "4 2 128 2"
 )
+if [ -n "${SWEEP_CANDIDATES:-}" ]; then IFS=';' read -r -a candidates <<<"$SWEEP_CANDIDATES"; fi
 build_one() {
   set -- $1
   local dir=build/sweep/w$1_m$2_n$3_s$4
@@ -32,10 +34,12 @@ printf '%s\n' "${candidates[@]}" | xargs -P "$(nproc)" -I{} bash -c 'build_one "
 shapes=("--batch 2 --heads 8 --seqlen 1024 --dim 128" "--batch 4 --heads 16 --seqlen 4096 --dim 128"
         "--batch 4 --heads 16 --seqlen 4096 --dim 128 --causal" "--batch 4 --heads 16 --seqlen 4096 --dim 64"
         "--batch 16 --heads 16 --seqlen 1024 --dim 64")
+if [ -n "${SWEEP_SHAPES:-}" ]; then IFS=';' read -r -a shapes <<<"$SWEEP_SHAPES"; fi
 rm -f "$out.tmp"
 for c in "${candidates[@]}"; do
   set -- $c
   dir=build/sweep/w$1_m$2_n$3_s$4
+  rm -f "$dir/run.csv"
   echo "== WARPS=$1 M_TILES=$2 BLOCK_N=$3 STAGES=$4: $(grep -o 'Used [0-9]* registers' "$dir/ptxas.txt" | tr '\n' ' ')$(grep -o '[0-9]* bytes spill stores' "$dir/ptxas.txt" | sort -u | tr '\n' ' ')"
   for s in "${shapes[@]}"; do
     # shellcheck disable=SC2086
@@ -43,5 +47,6 @@ for c in "${candidates[@]}"; do
   done
   awk -v cfg="w$1_m$2_n$3_s$4" 'NR==1{print $0",config"; next}{print $0","cfg}' "$dir/run.csv" >>"$out.tmp"
 done
-awk 'NR==1 || !/^step,/' "$out.tmp" >"$out" && rm -f "$out.tmp"
+awk 'NR==1 || !/^step,/' "$out.tmp" >"$out" && if [ -n "${SWEEP_SHAPES:-}" ]; then IFS=';' read -r -a shapes <<<"$SWEEP_SHAPES"; fi
+rm -f "$out.tmp"
 echo "sweep CSV: $out"
