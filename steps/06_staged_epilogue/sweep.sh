@@ -47,6 +47,5 @@ for c in "${candidates[@]}"; do
   done
   awk -v cfg="w$1_m$2_n$3_s$4" 'NR==1{print $0",config"; next}{print $0","cfg}' "$dir/run.csv" >>"$out.tmp"
 done
-awk 'NR==1 || !/^step,/' "$out.tmp" >"$out" && if [ -n "${SWEEP_SHAPES:-}" ]; then IFS=';' read -r -a shapes <<<"$SWEEP_SHAPES"; fi
-rm -f "$out.tmp"
+awk 'NR==1 || !/^step,/' "$out.tmp" >"$out" && rm -f "$out.tmp"
 echo "sweep CSV: $out"
