@@ -3,7 +3,9 @@
  * checks every step against one fp64 reference, every row:
  *   seqlens 1, 17, 64, 127, 1000, 1025 (Nq = Nk), six Nq != Nk pairs both ways,
  *   causal on/off, heads_q = heads_kv and = 4 x heads_kv, d 64/128, fp16/bf16,
- *   plus Q, K, V read as strided views of one packed QKV tensor.
+ *   plus Q, K, V read as strided views of one packed QKV tensor, and large grids
+ *   (B4 H16/4, hundreds of blocks: a step may pick another tile configuration when
+ *   the grid is larger than the GPU) checked on a spread sample of rows.
  * O and LSE are poisoned with NaN before each step runs.
  * Without a usable GPU it prints one SKIP line per step and exits 0. */
 #include <dlfcn.h>
@@ -22,7 +24,7 @@ typedef struct {
     const char *(*name)(void);
 } step_lib;
 
-typedef struct { int nq, nk, causal, gqa, d, packed; fa2_dtype t; } test_case;
+typedef struct { int nq, nk, causal, gqa, d, packed, large; fa2_dtype t; } test_case;
 
 static const int seq_pairs[][2] = {{1, 1},     {17, 17},  {64, 64},   {127, 127}, {1000, 1000}, {1025, 1025},
                                    {17, 64},   {64, 17},  {127, 1000}, {1000, 127}, {1, 1025},   {1025, 1}};
@@ -67,12 +69,14 @@ static void make_packed(fa2_params *run, const fa2_problem *pr)
 static void run_case(step_lib *steps, int nsteps, test_case c)
 {
     fa2_params p = {0};
-    p.batch = 2, p.heads_q = 4, p.heads_kv = c.gqa ? 1 : 4, p.seqlen_q = c.nq, p.seqlen_k = c.nk;
+    p.batch = c.large ? 4 : 2, p.heads_q = c.large ? 16 : 4, p.seqlen_q = c.nq, p.seqlen_k = c.nk;
+    p.heads_kv = c.gqa ? p.heads_q / 4 : p.heads_q;
     p.head_dim = c.d, p.causal = c.causal, p.dtype = c.t, p.softmax_scale = 1.0f / sqrtf((float)c.d);
     fa2_problem pr;
     fa2_problem_make(&pr, &p, 1000 + c.nq * 7 + c.nk, 1.0f);
     fa2_row_set rs;
-    fa2_rows_all(&rs, &pr.p);
+    if (c.large) fa2_rows_sample(&rs, &pr.p);
+    else fa2_rows_all(&rs, &pr.p);
     double *o_ref = malloc(sizeof(double) * (size_t)rs.n * c.d), *lse_ref = malloc(sizeof(double) * rs.n);
     fa2_reference_rows(&pr, &rs, o_ref, lse_ref);
 
@@ -82,7 +86,7 @@ static void run_case(step_lib *steps, int nsteps, test_case c)
     uint16_t *o = malloc(fa2_numel_q(&p) * 2);
     float *lse = malloc(fa2_numel_lse(&p) * 4);
     char name[128], why[256];
-    snprintf(name, sizeof name, "B2 H4/%d Nq%d Nk%d d%d %s %s%s", p.heads_kv, c.nq, c.nk, c.d,
+    snprintf(name, sizeof name, "B%d H%d/%d Nq%d Nk%d d%d %s %s%s", p.batch, p.heads_q, p.heads_kv, c.nq, c.nk, c.d,
              c.causal ? "causal" : "non-causal", fa2_dtype_name(c.t), c.packed ? " packed-qkv" : "");
     for (int s = 0; s < nsteps; s++) {
         fa2_buffers_poison(&run, 1);
@@ -134,14 +138,22 @@ int main(int argc, char **argv)
             for (int gqa = 0; gqa < 2; gqa++)
                 for (int d = 64; d <= 128; d += 64)
                     for (int t = 0; t < 2; t++) {
-                        test_case c = {seq_pairs[i][0], seq_pairs[i][1], causal, gqa, d, 0, (fa2_dtype)t};
+                        test_case c = {seq_pairs[i][0], seq_pairs[i][1], causal, gqa, d, 0, 0, (fa2_dtype)t};
                         run_case(steps, nsteps, c);
                     }
     for (int n = 127; n <= 1000; n += 873)
         for (int d = 64; d <= 128; d += 64)
             for (int t = 0; t < 2; t++) {
-                test_case c = {n, n, 1, 0, d, 1, (fa2_dtype)t};
+                test_case c = {n, n, 1, 0, d, 1, 0, (fa2_dtype)t};
                 run_case(steps, nsteps, c);
             }
+    static const int large_pairs[][2] = {{1000, 1000}, {1025, 127}};
+    for (int i = 0; i < 2; i++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int d = 64; d <= 128; d += 64)
+                for (int t = 0; t < 2; t++) {
+                    test_case c = {large_pairs[i][0], large_pairs[i][1], causal, 1, d, 0, 1, (fa2_dtype)t};
+                    run_case(steps, nsteps, c);
+                }
     return test_failures ? 1 : 0;
 }

@@ -1,27 +1,36 @@
-/* Step 06 - the staged epilogue, and the tile configuration chosen for the GPU.
+/* Step 06 - the staged epilogue, and the kernel tuned for the GPU.
  *
- * Two changes from step 05, and the second is not one technique but a tuning:
+ * The final step. Its technique is the epilogue; the rest is the tuning that a
+ * profile of step 05 asks for, each part measured (docs/06_staged_epilogue.md):
  *
- * 1. The epilogue. O is normalised in registers, written into shared memory
- *    (the Q tile's space, free once the loop is done) with the same swizzle, and
- *    stored to global memory as 16-byte chunks, 8 threads covering one 128-byte
- *    row segment. Step 05 stored each fragment straight from registers: 4-byte
- *    stores, a quad covering 16 bytes of a row and a warp touching 8 rows at
- *    once -- 8 partial sectors per request instead of whole lines.
+ * 1. The staged epilogue. O is normalised in registers, written into shared
+ *    memory (the Q tile's space, free once the loop is done) with the same
+ *    swizzle, and stored to global memory as 16-byte chunks, 8 threads covering
+ *    one 128-byte row segment. Step 05 stored each fragment straight from
+ *    registers: 4-byte stores, a quad covering 16 bytes of a row and a warp
+ *    touching 8 rows at once.
  *
- * 2. The tile configuration, per head dim, from the sweep in sweep.sh (measured
- *    on the device named in docs/06_staged_epilogue.md):
- *      WARPS    warps per block, each owning M_TILES x 16 query rows;
- *      M_TILES  16-row mma m-tiles per warp: with 2, every K or V fragment that
- *               ldmatrix brings from shared memory feeds two mma instead of one,
- *               halving shared-memory traffic per flop (at one m-tile a warp
- *               needs 256 bytes of B fragment per 4096-flop mma, more than the
- *               128 bytes per clock one SM's shared memory delivers at mma.sync
- *               speed);
- *      BLOCK_N  keys per iteration; STAGES  K/V buffers (2 = double buffering).
- *    With two m-tiles the Q fragments no longer fit in registers next to two O
- *    accumulators, so Q stays in shared memory and its fragments are re-read with
- *    ldmatrix at each key tile (a 16x16 Q fragment serves BLOCK_N / 8 mma).
+ * 2. The tile configuration, chosen by the sweep in sweep.sh: WARPS warps per
+ *    block, each owning M_TILES x 16 query rows; BLOCK_N keys per tile; STAGES
+ *    K/V buffers. With 2 m-tiles per warp every K or V fragment that ldmatrix
+ *    brings from shared memory feeds two mma instead of one, halving the
+ *    shared-memory traffic per flop (at one m-tile a warp needs 256 bytes of B
+ *    fragment per 4096-flop mma: at mma.sync's full rate that is more than the
+ *    128 bytes per clock an SM's shared memory delivers). Two m-tiles leave no
+ *    room for Q's fragments next to two O accumulators, so Q stays in shared
+ *    memory and is re-read with ldmatrix at each key tile. When the grid has no
+ *    more blocks than the GPU has SMs, a second configuration with 8 warps per
+ *    block keeps 8 warps on each SM (see LargeGridConfig / SmallGridConfig).
+ *
+ * 3. The instruction budget. With two warps per scheduler, every non-mma
+ *    instruction competes with the mma for issue slots (step 05: 47% issue slots
+ *    busy, 34% tensor pipe). So: tiles that need no mask run a copy of the loop
+ *    body compiled without masking (the run-time branch made the compiler shuffle
+ *    registers around it: 1826 -> 1129 SASS instructions per 256 mma in the main
+ *    loop); the copy loops have a fixed, unrolled trip count; row max and row sum
+ *    are pairwise trees instead of dependent chains.
+ *
+ * 4. Causal launches start with the blocks that see the most keys.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -36,9 +45,9 @@ constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
-// Tile configuration per head dim. sweep.sh rebuilds this file with
+// Tile configurations. sweep.sh rebuilds this file with
 // -DFA2_SWEEP_WARPS=.. -DFA2_SWEEP_M_TILES=.. -DFA2_SWEEP_BLOCK_N=.. -DFA2_SWEEP_STAGES=..
-// to time other candidates.
+// to time other candidates (both slots below then take the candidate).
 template <int WARPS_, int M_TILES_, int BLOCK_N_, int STAGES_>
 struct TileConfig {
     static constexpr int WARPS = WARPS_, M_TILES = M_TILES_, BLOCK_N = BLOCK_N_, STAGES = STAGES_;
@@ -46,13 +55,21 @@ struct TileConfig {
     static constexpr int BLOCK_M = WARPS * M_TILES * MMA_M;  // query rows per block
 };
 #ifdef FA2_SWEEP_WARPS
-template <int D> using Config = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP_BLOCK_N, FA2_SWEEP_STAGES>;
+using LargeGridConfig = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP_BLOCK_N, FA2_SWEEP_STAGES>;
+using SmallGridConfig = LargeGridConfig;
 #else
-template <int D> struct ConfigFor;
-template <> struct ConfigFor<64> { using type = TileConfig<4, 2, 64, 2>; };
-template <> struct ConfigFor<128> { using type = TileConfig<8, 1, 128, 2>; };
-template <int D> using Config = typename ConfigFor<D>::type;
+// Chosen by sweep.sh on an H200 (results/2026-11-22-h200/step06-sweep-*.csv), the
+// same for head dim 64 and 128:
+//  - more 128-row blocks than SMs: 4 warps x 2 m-tiles, 64 keys per tile; two
+//    blocks share an SM (registers and shared memory allow two), 8 warps in all;
+//  - at most one block per SM (B2 H8 N1024 gives 128 blocks for 132 SMs): a
+//    lone block of the first kind leaves its SM with 4 warps, so 8 warps x 1
+//    m-tile, 128 keys per tile.
+using LargeGridConfig = TileConfig<4, 2, 64, 2>;
+using SmallGridConfig = TileConfig<8, 1, 128, 2>;
 #endif
+static_assert(LargeGridConfig::BLOCK_M == SmallGridConfig::BLOCK_M,
+              "both configurations cover the same query rows, so the grid does not depend on the choice");
 
 // ---- PTX wrappers ----------------------------------------------------------
 
@@ -191,10 +208,9 @@ __device__ __forceinline__ void copy_tile_async(uint16_t (*tile_smem)[D], const 
 
 // ---- the kernel --------------------------------------------------------------
 
-template <typename T, int D>
-__global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params p)
+template <typename T, int D, typename C>
+__global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
 {
-    using C = Config<D>;
     constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, M_TILES = C::M_TILES;
     constexpr int THREADS = C::THREADS;
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
@@ -415,16 +431,27 @@ __global__ void __launch_bounds__(Config<D>::THREADS) fa2_mma_kernel(fa2_params 
 
 // ---- launcher and ABI --------------------------------------------------------
 
+template <typename T, int D, typename C>
+static int launch_with(const fa2_params *p, cudaStream_t stream)
+{
+    const int smem_bytes = (C::BLOCK_M + 2 * C::STAGES * C::BLOCK_N) * D * 2;
+    if (cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes))
+        return FA2_ERR_LAUNCH;
+    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
+    fa2_mma_kernel<T, D, C><<<grid, C::THREADS, smem_bytes, stream>>>(*p);
+    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+}
+
+// Picks the configuration by how many blocks each SM would get.
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    using C = Config<D>;
-    const int smem_bytes = (C::BLOCK_M + 2 * C::STAGES * C::BLOCK_N) * D * 2;
-    if (cudaFuncSetAttribute(fa2_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes))
+    int device = 0, sm_count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
         return FA2_ERR_LAUNCH;
-    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
-    fa2_mma_kernel<T, D><<<grid, C::THREADS, smem_bytes, stream>>>(*p);
-    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+    const long long blocks = (long long)((p->seqlen_q + LargeGridConfig::BLOCK_M - 1) / LargeGridConfig::BLOCK_M) * p->heads_q * p->batch;
+    return blocks <= sm_count ? launch_with<T, D, SmallGridConfig>(p, stream) : launch_with<T, D, LargeGridConfig>(p, stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
