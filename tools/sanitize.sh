@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # make step=NN sanitize: compute-sanitizer's four tools (memcheck, racecheck,
-# synccheck, initcheck) on a small shape and on a shape with tail tiles, causal,
-# GQA and Nq != Nk. Passes only if every run reports 0 errors.
+# synccheck, initcheck) on the shapes below. Passes only if every run reports 0 errors.
 # usage: bash tools/sanitize.sh BINARY
 set -uo pipefail
 bin=$1
@@ -9,8 +8,12 @@ CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
 if [ -z "$CS" ]; then
   echo "error: compute-sanitizer not found: it ships with the CUDA Toolkit (or set COMPUTE_SANITIZER=...)"; exit 2
 fi
+# small; tails, causal, GQA, Nq < Nk; causal Nq > Nk (blocks whose rows see no key); a grid
+# larger than the GPU (a step may choose another tile configuration for it)
 shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
-        "--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16")
+        "--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16"
+        "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal"
+        "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 128")
 failed=0
 for tool in memcheck racecheck synccheck initcheck; do
   for shape in "${shapes[@]}"; do

@@ -395,7 +395,8 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     // Epilogue, 1: finish the row sums across the quad, normalise in registers,
     // write O into the Q tile's shared memory (swizzled: a fragment's 8 rows hit 8
     // different chunks, so the 4-byte stores are conflict-free), and LSE directly.
-    __syncthreads();  // every warp is done reading Q (and K, V) before O overwrites it
+    cp_async_wait<0>();  // a block that saw no key tile never waited for Q: its copy may still be landing
+    __syncthreads();     // every warp is done reading Q (and K, V) before O overwrites it
     uint16_t(*o_smem)[D] = q_smem;  // [BLOCK_M][D]
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++)
