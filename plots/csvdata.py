@@ -4,6 +4,7 @@ Rows have the harness's columns (common/main.c); the ceiling CSV of the same run
 probe,device,date,dtype,tflops. A CSV of one day collects re-runs: the last row of a
 step at a shape wins, as in the printed tables.
 """
+import argparse
 import csv
 import math
 import os
@@ -107,3 +108,14 @@ def is_step(name):
 def peer_style(name):
     """(label, color, line style) of a peer; a row of another name (a --ctypes run) gets its own name."""
     return PEERS.get(name, (name, "black", "-"))
+
+
+def base_parser(doc, default_out):
+    """The arguments every plot takes: the compare CSV, its ceiling CSV, the output, dtype and GPU."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("csv", help="a compare CSV (the harness's columns)")
+    ap.add_argument("--ceiling", help="the ceiling CSV (default: the ceiling-*.csv of the same run)")
+    ap.add_argument("--out", default=default_out)
+    ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
+    ap.add_argument("--device", help="the GPU, when the CSV holds several (default: the last row's)")
+    return ap

@@ -5,8 +5,6 @@ mma.sync ceiling as labelled horizontal lines.
 
 usage: python3 plots/progression.py results/compare-<gpu>-<date>.csv [--out PNG]
 """
-import argparse
-
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a GPU server
@@ -16,13 +14,8 @@ import csvdata  # noqa: E402
 
 
 def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("csv", help="a compare CSV (the harness's columns)")
-    ap.add_argument("--ceiling", help="the ceiling CSV (default: the ceiling-*.csv of the same run)")
-    ap.add_argument("--out", default="plots/progression.png")
+    ap = csvdata.base_parser(__doc__, "plots/progression.png")
     ap.add_argument("--shape", default="2,8,8,1024,128,0", help="batch,heads_q,heads_kv,seqlen,head_dim,causal")
-    ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
-    ap.add_argument("--device", help="the GPU, when the CSV holds several (default: the last row's)")
     a = ap.parse_args()
     try:
         b, h, hkv, n, d, causal = (int(x) for x in a.shape.split(","))

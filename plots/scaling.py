@@ -5,8 +5,6 @@ The measured mma.sync ceiling is the dotted line at the top.
 
 usage: python3 plots/scaling.py results/compare-<gpu>-<date>.csv [--out PNG]
 """
-import argparse
-
 import matplotlib
 
 matplotlib.use("Agg")  # files only: no display on a GPU server
@@ -16,15 +14,10 @@ import csvdata  # noqa: E402
 
 
 def parse_args():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("csv", help="a compare CSV (the harness's columns)")
-    ap.add_argument("--ceiling", help="the ceiling CSV (default: the ceiling-*.csv of the same run)")
-    ap.add_argument("--out", default="plots/scaling.png")
-    ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
+    ap = csvdata.base_parser(__doc__, "plots/scaling.png")
     ap.add_argument("--tokens", type=int, default=16384, help="batch x seqlen of the sweep")
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--device", help="the GPU, when the CSV holds several (default: the last row's)")
     return ap.parse_args()
 
 

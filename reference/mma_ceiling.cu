@@ -20,15 +20,8 @@
 
 #include <algorithm>
 
-#define CHECK(call)                                                                                     \
-    do {                                                                                                \
-        cudaError_t err_ = (call);                                                                      \
-        if (err_ != cudaSuccess) {                                                                      \
-            fprintf(stderr, "error: CUDA: %s at %s:%d: %s\n", #call, __FILE__, __LINE__,                \
-                    cudaGetErrorString(err_));                                                          \
-            exit(1);                                                                                    \
-        }                                                                                               \
-    } while (0)
+#include "../common/cuda_check.h"
+
 
 constexpr int THREADS = 256;  // 8 warps per block
 // A dependent mma.sync waits for the previous result (tens of cycles); with 8
@@ -92,30 +85,30 @@ __global__ void __launch_bounds__(THREADS) mma_chains_kernel(int write_out, floa
 // TFLOP/s of the median run, with every SM holding as many blocks as fit at once.
 template <bool BF16> static double measure(const cudaDeviceProp &prop, int *blocks_per_sm)
 {
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, mma_chains_kernel<BF16>, THREADS, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, mma_chains_kernel<BF16>, THREADS, 0));
     const int blocks = prop.multiProcessorCount * *blocks_per_sm;
     float *out_dev = NULL;
-    CHECK(cudaMalloc(&out_dev, sizeof(float) * blocks * THREADS));
+    CUDA_CHECK(cudaMalloc(&out_dev, sizeof(float) * blocks * THREADS));
     cudaEvent_t start, stop;
-    CHECK(cudaEventCreate(&start));
-    CHECK(cudaEventCreate(&stop));
+    CUDA_CHECK(cudaEventCreate(&start));
+    CUDA_CHECK(cudaEventCreate(&stop));
     mma_chains_kernel<BF16><<<blocks, THREADS>>>(0, out_dev);  // warm-up: clocks up, module loaded
-    CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaGetLastError());
     double ms[RUNS];
     for (int r = 0; r < RUNS; r++) {
-        CHECK(cudaEventRecord(start));
+        CUDA_CHECK(cudaEventRecord(start));
         mma_chains_kernel<BF16><<<blocks, THREADS>>>(0, out_dev);
-        CHECK(cudaEventRecord(stop));
-        CHECK(cudaEventSynchronize(stop));
+        CUDA_CHECK(cudaEventRecord(stop));
+        CUDA_CHECK(cudaEventSynchronize(stop));
         float t = 0;
-        CHECK(cudaEventElapsedTime(&t, start, stop));
+        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
         ms[r] = t;
     }
-    CHECK(cudaGetLastError());
+    CUDA_CHECK(cudaGetLastError());
     std::sort(ms, ms + RUNS);
-    CHECK(cudaEventDestroy(start));
-    CHECK(cudaEventDestroy(stop));
-    CHECK(cudaFree(out_dev));
+    CUDA_CHECK(cudaEventDestroy(start));
+    CUDA_CHECK(cudaEventDestroy(stop));
+    CUDA_CHECK(cudaFree(out_dev));
     const double flops = FLOP_PER_MMA * CHAINS * ITERS * (THREADS / 32) * (double)blocks;
     return flops / (ms[RUNS / 2] * 1e-3) / 1e12;
 }
@@ -144,7 +137,7 @@ int main(int argc, char **argv)
         return 3;
     }
     cudaDeviceProp prop;
-    CHECK(cudaGetDeviceProperties(&prop, 0));
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
     if (prop.major < 8) {
         fprintf(stderr, "error: GPU %s is sm_%d%d: mma.sync m16n8k16 with bf16 needs sm_80 or newer\n", prop.name,
                 prop.major, prop.minor);
