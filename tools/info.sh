@@ -16,8 +16,14 @@ $NVCC $nvcc_flags -Xptxas -v -c "$src" -o /dev/null 2>&1 |
   awk '/Compiling entry function/ {match($0, /_Z[^ '"'"']*/); fn=substr($0, RSTART, RLENGTH)}
        /bytes stack frame/ {stack=$0; sub(/^ */, "", stack)}
        /Used [0-9]+ registers/ {sub(/^ *ptxas info *: */, ""); print fn "|" $0 "|" stack}' |
-  sed -E 's/^[^|]*__half[^|]*Li([0-9]+)E[^|]*/fp16 d\1/; s/^[^|]*bfloat16[^|]*Li([0-9]+)E[^|]*/bf16 d\1/' |
-  awk -F'|' '{printf "  %-10s %-44s %s\n", $1, $2, $3}' | sort
+  awk -F'|' '{printf "  %-18s %-44s %s\n", kernel_name($1), $2, $3}
+    # fa2_mma_kernel<__half, 128, TileConfig<4, 2, 64, 2>> (mangled) -> "fp16 d128 4x2x64x2"
+    function kernel_name(f,   t, d, c) {
+      t = (f ~ /bfloat16/) ? "bf16" : "fp16"
+      if (match(f, /(half|bfloat16)Li[0-9]+E/)) { d = substr(f, RSTART, RLENGTH); gsub(/[^0-9]/, "", d); sub(/^16/, "", d) }
+      if (match(f, /TileConfigILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+E/)) {
+        c = substr(f, RSTART + 11, RLENGTH - 11); gsub(/Li/, "", c); gsub(/E/, "x", c); sub(/x$/, "", c) }
+      return t " d" d (c == "" ? "" : " " c) }' | sort
 obj=$build_dir/kernel.o
 CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$CUOBJDUMP" ]; then
@@ -25,14 +31,17 @@ if [ -z "$CUOBJDUMP" ]; then
 fi
 echo "== SASS instruction mix of $obj (static counts per kernel; the main loop dominates at run time)"
 "$CUOBJDUMP" -sass "$obj" | awk '
-  /Function : / { fn = $3; t = (fn ~ /bfloat16/) ? "bf16" : "fp16"; match(fn, /Li[0-9]+E/)
-                  fn = t " d" substr(fn, RSTART + 2, RLENGTH - 3) }
+  /Function : / { f = $3; t = (f ~ /bfloat16/) ? "bf16" : "fp16"; d = ""; c = ""
+                  if (match(f, /(half|bfloat16)Li[0-9]+E/)) { d = substr(f, RSTART, RLENGTH); gsub(/[^0-9]/, "", d); sub(/^16/, "", d) }
+                  if (match(f, /TileConfigILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+E/)) {
+                    c = substr(f, RSTART + 11, RLENGTH - 11); gsub(/Li/, "", c); gsub(/E/, "x", c); sub(/x$/, "", c) }
+                  fn = t " d" d (c == "" ? "" : " " c) }
   match($0, /\/\*[0-9a-f]+\*\/ +(@!?U?P[0-9T]+ +)?[A-Z][A-Z0-9_.]+/) {
     ins = substr($0, RSTART, RLENGTH); sub(/.*\*\/ +(@!?U?P[0-9T]+ +)?/, "", ins); split(ins, part, ".")
     op = part[1]; if (op == "MUFU") op = "MUFU." part[2]
     n[fn, op]++; fns[fn] = 1 }
   END {
     split("HMMA LDSM LDGSTS LDS STS MUFU.EX2 BAR LDL STL", want, " ")
-    printf "  %-10s", "kernel"; for (i = 1; i <= 9; i++) printf " %8s", want[i]; printf "\n"
-    for (f in fns) { printf "  %-10s", f
+    printf "  %-18s", "kernel"; for (i = 1; i <= 9; i++) printf " %8s", want[i]; printf "\n"
+    for (f in fns) { printf "  %-18s", f
       for (i = 1; i <= 9; i++) printf " %8d", n[f, want[i]]; printf "\n" } }'
