@@ -65,7 +65,7 @@ for phase in $phases; do
     evidence)
       # The smaller measurements docs/ quotes: executed instructions, global store
       # requests and sectors, local-memory (spill) bytes, clocks; profiles at d64;
-      # bf16 at the seed shape; step 05 with a third K/V stage.
+      # bf16 at the seed shape; the SM clock under load.
       ev=smsp__inst_executed.sum,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
       ev+=,l1tex__t_bytes_pipe_lsu_mem_local_op_ld.sum,l1tex__t_bytes_pipe_lsu_mem_local_op_st.sum,sm__cycles_elapsed.avg.per_second,gpu__time_duration.sum
       for bin in build/step0[1-9]/fa2; do
@@ -85,16 +85,7 @@ for phase in $phases; do
       for bin in build/step0[1-9]/fa2; do "$bin" --dtype fp16 --csv "$dir/evidence-bf16-seed.csv"; done
       build/step06/fa2 --batch 4 --heads 16 --seqlen 4096 --iters 3000 --check off >/dev/null &
       sleep 3; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee "$dir/evidence-clocks.txt"; wait
-      mkdir -p build/stages3
-      sed -e 's|constexpr int STAGES = 2; |constexpr int STAGES = 3; |' -e "s|\.\./\.\./common/|$PWD/common/|" \
-        steps/05_cp_async_pipeline/kernel.cu >build/stages3/kernel.cu
-      grep -q 'constexpr int STAGES = 3;' build/stages3/kernel.cu &&
-        nvcc -O3 -std=c++17 -gencode arch=compute_90,code=sm_90 -Xcompiler -fopenmp build/stages3/kernel.cu build/common/main.o \
-          build/common/{cli,data,reference,check,buffers,device,util,validate}.o -lcudart_static -ldl -lrt -lpthread -lm -o build/stages3/fa2 &&
-        for shape in "--batch 2 --heads 8 --seqlen 1024 --dim 128" "--batch 4 --heads 16 --seqlen 4096 --dim 128"; do
-          # shellcheck disable=SC2086
-          build/step05/fa2 $shape --csv "$dir/evidence-step05-stages.csv"; build/stages3/fa2 $shape --csv "$dir/evidence-step05-stages3.csv"
-        done ;;
+      ;;
     sweep) bash steps/06_staged_epilogue/sweep.sh "$dir/sweep.csv" 30 2>&1 | tee "$dir/sweep.log" | grep -E '^==|PASS|FAIL' ;;
     compare) PYTHONUNBUFFERED=1 make compare 2>&1 | tee "$dir/compare.log" | tail -n 40; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
     compare-all) PYTHONUNBUFFERED=1 make compare SHAPES=all 2>&1 | tee "$dir/compare-all.log" | tail -n 120; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;

@@ -11,8 +11,9 @@
  *    touching 8 rows at once.
  *
  * 2. The tile configuration, chosen by the sweep in sweep.sh: WARPS warps per
- *    block, each owning M_TILES x 16 query rows; BLOCK_N keys per tile; STAGES
- *    K/V buffers. With 2 m-tiles per warp every K or V fragment that ldmatrix
+ *    block, each owning M_TILES x 16 query rows; BLOCK_N keys per tile. (K and V
+ *    stay double-buffered as in step 05: the copy of tile nb + 1 is issued one
+ *    tile ahead, so a third buffer would only hold nothing.) With 2 m-tiles per warp every K or V fragment that ldmatrix
  *    brings from shared memory feeds two mma instead of one, halving the
  *    shared-memory traffic per flop (at one m-tile a warp needs 256 bytes of B
  *    fragment per 4096-flop mma: at mma.sync's full rate that is more than the
@@ -46,16 +47,17 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
 // Tile configurations. sweep.sh rebuilds this file with
-// -DFA2_SWEEP_WARPS=.. -DFA2_SWEEP_M_TILES=.. -DFA2_SWEEP_BLOCK_N=.. -DFA2_SWEEP_STAGES=..
+// -DFA2_SWEEP_WARPS=.. -DFA2_SWEEP_M_TILES=.. -DFA2_SWEEP_BLOCK_N=..
 // to time other candidates (both slots below then take the candidate).
-template <int WARPS_, int M_TILES_, int BLOCK_N_, int STAGES_>
+constexpr int STAGES = 2;  // shared-memory buffers for each of K and V, as in step 05
+template <int WARPS_, int M_TILES_, int BLOCK_N_>
 struct TileConfig {
-    static constexpr int WARPS = WARPS_, M_TILES = M_TILES_, BLOCK_N = BLOCK_N_, STAGES = STAGES_;
+    static constexpr int WARPS = WARPS_, M_TILES = M_TILES_, BLOCK_N = BLOCK_N_;
     static constexpr int THREADS = WARPS * 32;
     static constexpr int BLOCK_M = WARPS * M_TILES * MMA_M;  // query rows per block
 };
 #ifdef FA2_SWEEP_WARPS
-using LargeGridConfig = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP_BLOCK_N, FA2_SWEEP_STAGES>;
+using LargeGridConfig = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP_BLOCK_N>;
 using SmallGridConfig = LargeGridConfig;
 #else
 // Chosen by sweep.sh on an H200 (results/2026-11-22-h200/step06-sweep-*.csv), the
@@ -65,8 +67,8 @@ using SmallGridConfig = LargeGridConfig;
 //  - at most one block per SM (B2 H8 N1024 gives 128 blocks for 132 SMs): a
 //    lone block of the first kind leaves its SM with 4 warps, so 8 warps x 1
 //    m-tile, 128 keys per tile.
-using LargeGridConfig = TileConfig<4, 2, 64, 2>;
-using SmallGridConfig = TileConfig<8, 1, 128, 2>;
+using LargeGridConfig = TileConfig<4, 2, 64>;
+using SmallGridConfig = TileConfig<8, 1, 128>;
 #endif
 static_assert(LargeGridConfig::BLOCK_M == SmallGridConfig::BLOCK_M,
               "both configurations cover the same query rows, so the grid does not depend on the choice");
@@ -211,7 +213,7 @@ __device__ __forceinline__ void copy_tile_async(uint16_t (*tile_smem)[D], const 
 template <typename T, int D, typename C>
 __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
 {
-    constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, M_TILES = C::M_TILES;
+    constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, M_TILES = C::M_TILES;
     constexpr int THREADS = C::THREADS;
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
     static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
@@ -435,7 +437,7 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
 template <typename T, int D, typename C>
 static int launch_with(const fa2_params *p, cudaStream_t stream)
 {
-    const int smem_bytes = (C::BLOCK_M + 2 * C::STAGES * C::BLOCK_N) * D * 2;
+    const int smem_bytes = (C::BLOCK_M + 2 * STAGES * C::BLOCK_N) * D * 2;
     if (cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes))
         return FA2_ERR_LAUNCH;
     dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
