@@ -17,9 +17,10 @@
  * no mma in flight. cp.async writes shared memory without passing through
  * registers and without blocking the thread, so the copy of tile nb+1 overlaps
  * the math of tile nb and a warp stalls only if the copy is slower than the math.
- * Two stages suffice: one tile of math (2 x 64 x 64 x D x 2 flop per warp-group)
- * outlasts one tile's DRAM latency, and a third stage would cost 32 KB of shared
- * memory (at D = 128) that limits blocks per SM instead.
+ * Two stages suffice: one tile of math (2 x 64 x 64 x D x 2 flop per block)
+ * outlasts one tile's DRAM latency, so a copy issued one tile ahead has landed by
+ * the time it is needed; a third stage (copies two tiles ahead) would add 32 KB of
+ * shared memory per block at D = 128 to hide latency that is already hidden.
  * The wait depths count commit groups: each tile issues exactly two (K, then V),
  * empty ones past the last tile, so "wait_group N" always means the same tiles.
  * Two barriers per tile (step 04 had two as well): the first also proves every
