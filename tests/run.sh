@@ -45,6 +45,8 @@ fi
 run_program cpu-step00 build/tests/test_cpu
 run_program checker build/tests/test_checker
 run_program scratch bash scratch/test.sh
+if make -s scratch >"$LOG/make-scratch.log" 2>&1; then result PASS "make scratch (every layout program with its default arguments)"
+else result FAIL "make scratch" "see $LOG/make-scratch.log"; fi
 
 echo "== harness input errors: one line on stderr, nothing on stdout, exit code 2"
 bad_inputs=(
