@@ -22,6 +22,27 @@ count_lines() { # count_lines LOGFILE
   echo "  ($p passed, $f failed, $s skipped: $1)"
 }
 
+# expect_error RC NAME COMMAND...: bad input or a missing GPU must give exit code RC,
+# exactly one line on stderr starting "error: ", and nothing on stdout.
+expect_error() {
+  local want=$1 name=$2; shift 2
+  "$@" >"$LOG/cli.out" 2>"$LOG/cli.err"
+  local rc=$? lines out
+  lines=$(wc -l <"$LOG/cli.err"); out=$(wc -c <"$LOG/cli.out")
+  if [ $rc -eq "$want" ] && [ "$lines" -eq 1 ] && [ "$out" -eq 0 ] && grep -q '^error: ' "$LOG/cli.err"; then
+    result PASS "$name -> $(cat "$LOG/cli.err")"
+  else
+    result FAIL "$name" "exit $rc (want $want), $lines stderr lines, $out stdout bytes: $(head -c 200 "$LOG/cli.err")"
+  fi
+}
+
+# expect_pass NAME COMMAND...: a harness run must exit 0 and print a PASS line.
+expect_pass() {
+  local name=$1 out; shift
+  if out=$("$@" 2>&1) && echo "$out" | grep -q '| PASS'; then result PASS "$name"
+  else result FAIL "$name" "$out"; fi
+}
+
 run_program() { # run_program NAME COMMAND...: a program that prints PASS/FAIL lines
   local name=$1; shift
   echo "== $name"
@@ -56,24 +77,15 @@ bad_inputs=(
 )
 for args in "${bad_inputs[@]}"; do
   # shellcheck disable=SC2086
-  build/step00/fa2 $args >"$LOG/cli.out" 2>"$LOG/cli.err"; rc=$?
-  lines=$(wc -l <"$LOG/cli.err"); out=$(wc -c <"$LOG/cli.out")
-  if [ $rc -eq 2 ] && [ "$lines" -eq 1 ] && [ "$out" -eq 0 ] && grep -q '^error: ' "$LOG/cli.err"; then
-    result PASS "bad input '$args' -> $(cat "$LOG/cli.err")"
-  else
-    result FAIL "bad input '$args'" "exit $rc, $lines stderr lines, $out stdout bytes: $(head -c 200 "$LOG/cli.err")"
-  fi
+  expect_error 2 "bad input '$args'" build/step00/fa2 $args
 done
-build/step00/fa2 --dim 300 >/dev/null 2>"$LOG/cli.err"; rc=$?
-if [ $rc -eq 2 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "step 00 refuses --dim 300 -> $(cat "$LOG/cli.err")"
-else result FAIL "step 00 refuses --dim 300" "exit $rc"; fi
+expect_error 2 "step 00 refuses --dim 300" build/step00/fa2 --dim 300
 
 echo "== step 00 through the harness binary"
 for args in "--seqlen 100 --heads 2 --batch 1" "--seqlen-q 33 --seqlen-k 150 --causal --dtype bf16 --dim 64 --heads 4 --kv-heads 1" \
             "--seqlen-q 150 --seqlen-k 33 --causal --check full" "--seqlen 70 --scale 4 --heads 2"; do
   # shellcheck disable=SC2086
-  if out=$(build/step00/fa2 $args --iters 1 2>&1) && echo "$out" | grep -q '| PASS'; then result PASS "step 00 $args"
-  else result FAIL "step 00 $args" "$out"; fi
+  expect_pass "step 00 $args" build/step00/fa2 $args --iters 1
 done
 
 echo "== build every GPU step (binary + shared library)"
@@ -87,9 +99,7 @@ for dir in steps/[0-9][0-9]_*; do
     result FAIL "build step $(basename "$dir")" "see $LOG/build-gpu.log"; grep -m5 -i error "$LOG/build-gpu.log"
   fi
   # the GPU binary must refuse unsupported params with one line and exit 2, GPU or not
-  "build/step$id/fa2" --dim 96 >/dev/null 2>"$LOG/cli.err"; rc=$?
-  if [ $rc -eq 2 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "step $id refuses --dim 96 -> $(cat "$LOG/cli.err")"
-  else result FAIL "step $id refuses --dim 96" "exit $rc: $(cat "$LOG/cli.err")"; fi
+  expect_error 2 "step $id refuses --dim 96" "build/step$id/fa2" --dim 96
 done
 
 # the unfused cuBLAS baseline is checked by the same matrix
@@ -104,18 +114,14 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
     id=$(basename "$(dirname "$lib")" | cut -c5-6)
     for args in "" "--seqlen 1025 --causal --dtype bf16 --dim 64 --kv-heads 2"; do
       # shellcheck disable=SC2086
-      if out=$("build/step$id/fa2" $args --iters 3 --warmup 1 2>&1) && echo "$out" | grep -q '| PASS'; then
-        result PASS "step $id harness run $args"
-      else result FAIL "step $id harness run $args" "$out"; fi
+      expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
     done
   done
 else
   result SKIP "GPU matrix and harness runs of ${#gpu_libs[@]} GPU steps: no GPU on this machine (nvidia-smi found none)"
   for lib in "${gpu_libs[@]}"; do
     bin=$(dirname "$lib")/fa2
-    "$bin" >/dev/null 2>"$LOG/cli.err"; rc=$?
-    if [ $rc -eq 3 ] && [ "$(wc -l <"$LOG/cli.err")" -eq 1 ]; then result PASS "$bin without a GPU says so in one line, exit 3"
-    else result FAIL "$bin without a GPU" "exit $rc: $(cat "$LOG/cli.err")"; fi
+    expect_error 3 "$bin without a GPU says so in one line" "$bin"
   done
 fi
 
