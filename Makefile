@@ -26,7 +26,7 @@ HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 step       ?=
 STEP_DIR    = $(wildcard steps/$(step)_*)
 
-.PHONY: help all run diff info profile sanitize test clean check-step
+.PHONY: help all run diff info profile sanitize test clean check-step harness
 .DEFAULT_GOAL := help
 
 help:
@@ -73,6 +73,8 @@ sanitize: check-step
 	@bash tools/sanitize.sh $(BUILD)/step$(step)/fa2
 
 # ---- harness ----
+harness: $(BUILD)/common/main.o $(HARNESS_O)
+
 $(BUILD)/common/%.o: common/%.c common/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@

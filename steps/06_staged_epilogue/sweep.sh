@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:?usage: sweep.sh OUT.csv [ITERS]}
 iters=${2:-30}
-make -s build/common/main.o $(for o in cli data reference check buffers device util validate; do echo build/common/$o.o; done)
+make -s harness  # build/common/*.o: main.o and every harness object
 NVCC=${NVCC:-nvcc}
 ARCH=${ARCH:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n1 | tr -d ' .')}
 candidates=(
@@ -24,8 +24,7 @@ build_one() {
   $NVCC -O3 -std=c++17 -gencode arch=compute_$ARCH,code=sm_$ARCH -Xcompiler -fPIC \
     -DFA2_SWEEP_WARPS=$1 -DFA2_SWEEP_M_TILES=$2 -DFA2_SWEEP_BLOCK_N=$3 \
     -Xptxas -v -c steps/06_staged_epilogue/kernel.cu -o "$dir/kernel.o" 2>"$dir/ptxas.txt"
-  $NVCC -gencode arch=compute_$ARCH,code=sm_$ARCH -Xcompiler -fopenmp "$dir/kernel.o" build/common/main.o \
-    build/common/{cli,data,reference,check,buffers,device,util,validate}.o \
+  $NVCC -gencode arch=compute_$ARCH,code=sm_$ARCH -Xcompiler -fopenmp "$dir/kernel.o" build/common/*.o \
     -lcudart_static -ldl -lrt -lpthread -lm -o "$dir/fa2"
 }
 export -f build_one; export NVCC ARCH
