@@ -10,38 +10,36 @@ step_dir=$1 build_dir=$2 nvcc_flags=$3
 src=$(ls "$step_dir"/kernel.cu 2>/dev/null || true)
 if [ -z "$src" ]; then echo "$(basename "$step_dir") runs on the CPU: no kernel to inspect"; exit 0; fi
 NVCC=${NVCC:-nvcc}
-echo "== $(basename "$step_dir"): ptxas resources (one line per instantiation: dtype x head dim)"
+# fa2_mma_kernel<__half, 128, TileConfig<4, 2, 64>> (mangled) -> "fp16 d128 4x2x64"
+name_fn='function kernel_name(f,   t, d, c) {
+  t = (f ~ /bfloat16/) ? "bf16" : "fp16"
+  if (match(f, /(half|bfloat16)Li[0-9]+E/)) { d = substr(f, RSTART, RLENGTH); gsub(/[^0-9]/, "", d); sub(/^16/, "", d) }
+  if (match(f, /TileConfigI(Li[0-9]+E)+/)) {
+    c = substr(f, RSTART + 11, RLENGTH - 11); gsub(/Li/, "", c); gsub(/E/, "x", c); sub(/x$/, "", c) }
+  return t " d" d (c == "" ? "" : " " c) }'
+echo "== $(basename "$step_dir"): ptxas resources (one line per architecture and instantiation: dtype, head dim, tiles)"
 # shellcheck disable=SC2086
 $NVCC $nvcc_flags -Xptxas -v -c "$src" -o /dev/null 2>&1 |
-  awk '/Compiling entry function/ {match($0, /_Z[^ '"'"']*/); fn=substr($0, RSTART, RLENGTH)}
-       /bytes stack frame/ {stack=$0; sub(/^ */, "", stack)}
-       /Used [0-9]+ registers/ {sub(/^ *ptxas info *: */, ""); print fn "|" $0 "|" stack}' |
-  awk -F'|' '{printf "  %-18s %-44s %s\n", kernel_name($1), $2, $3}
-    # fa2_mma_kernel<__half, 128, TileConfig<4, 2, 64, 2>> (mangled) -> "fp16 d128 4x2x64x2"
-    function kernel_name(f,   t, d, c) {
-      t = (f ~ /bfloat16/) ? "bf16" : "fp16"
-      if (match(f, /(half|bfloat16)Li[0-9]+E/)) { d = substr(f, RSTART, RLENGTH); gsub(/[^0-9]/, "", d); sub(/^16/, "", d) }
-      if (match(f, /TileConfigILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+E/)) {
-        c = substr(f, RSTART + 11, RLENGTH - 11); gsub(/Li/, "", c); gsub(/E/, "x", c); sub(/x$/, "", c) }
-      return t " d" d (c == "" ? "" : " " c) }' | sort
+  awk "$name_fn"'
+       /Compiling entry function/ {match($0, /_Z[^ '"'"']*/); fn = kernel_name(substr($0, RSTART, RLENGTH))
+                                   if (match($0, /sm_[0-9]+a?/)) fn = substr($0, RSTART, RLENGTH) " " fn}
+       /bytes stack frame/ {stack = $0; sub(/^ */, "", stack)}
+       /Used [0-9]+ registers/ {sub(/^ *ptxas info *: */, ""); printf "  %-24s %-44s %s\n", fn, $0, stack}' | sort
 obj=$build_dir/kernel.o
 CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$CUOBJDUMP" ]; then
   echo "cuobjdump not found (it ships with the full CUDA Toolkit): no SASS instruction mix"; exit 0
 fi
-echo "== SASS instruction mix of $obj (static counts per kernel; the main loop dominates at run time)"
-"$CUOBJDUMP" -sass "$obj" | awk '
-  /Function : / { f = $3; t = (f ~ /bfloat16/) ? "bf16" : "fp16"; d = ""; c = ""
-                  if (match(f, /(half|bfloat16)Li[0-9]+E/)) { d = substr(f, RSTART, RLENGTH); gsub(/[^0-9]/, "", d); sub(/^16/, "", d) }
-                  if (match(f, /TileConfigILi[0-9]+ELi[0-9]+ELi[0-9]+ELi[0-9]+E/)) {
-                    c = substr(f, RSTART + 11, RLENGTH - 11); gsub(/Li/, "", c); gsub(/E/, "x", c); sub(/x$/, "", c) }
-                  fn = t " d" d (c == "" ? "" : " " c) }
+echo "== SASS instruction mix of $obj (static counts per kernel and GPU architecture; the main loop dominates at run time)"
+want="HMMA LDSM LDGSTS LDS STS MUFU.EX2 BAR LDL STL"
+printf "  %-24s" kernel; printf " %8s" $want; echo
+"$CUOBJDUMP" -sass "$obj" | awk -v want="$want" "$name_fn"'
+  /^arch = / { arch = $3 }
+  /Function : / { fn = arch " " kernel_name($3) }
   match($0, /\/\*[0-9a-f]+\*\/ +(@!?U?P[0-9T]+ +)?[A-Z][A-Z0-9_.]+/) {
     ins = substr($0, RSTART, RLENGTH); sub(/.*\*\/ +(@!?U?P[0-9T]+ +)?/, "", ins); split(ins, part, ".")
     op = part[1]; if (op == "MUFU") op = "MUFU." part[2]
     n[fn, op]++; fns[fn] = 1 }
   END {
-    split("HMMA LDSM LDGSTS LDS STS MUFU.EX2 BAR LDL STL", want, " ")
-    printf "  %-18s", "kernel"; for (i = 1; i <= 9; i++) printf " %8s", want[i]; printf "\n"
-    for (f in fns) { printf "  %-18s", f
-      for (i = 1; i <= 9; i++) printf " %8d", n[f, want[i]]; printf "\n" } }'
+    k = split(want, w, " ")
+    for (f in fns) { printf "  %-24s", f; for (i = 1; i <= k; i++) printf " %8d", n[f, w[i]]; printf "\n" } }' | sort
