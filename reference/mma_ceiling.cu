@@ -9,6 +9,12 @@
  *
  * usage: mma_ceiling [--csv FILE]   prints fp16 and bf16 TFLOP/s; with --csv appends
  * rows probe,device,date,dtype,tflops. Exit 3 without a usable GPU.
+ *
+ * --latency-table adds what the FA2 kernels actually live with: few warps per
+ * scheduler and few independent mma in flight per warp. It prints fp16 TFLOP/s
+ * for 1-4 warps per scheduler (blocks of 4 warps, one per scheduler, 1-4 blocks
+ * per SM) times 1, 2, 4 or 8 independent accumulator chains per warp; with --csv
+ * those rows are appended as probe mma_sync_w<warps per scheduler>_c<chains>.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -27,6 +33,7 @@ constexpr int THREADS = 256;  // 8 warps per block
 // A dependent mma.sync waits for the previous result (tens of cycles); with 8
 // independent accumulators a warp always has an mma whose inputs are ready.
 constexpr int CHAINS = 8;
+constexpr int TABLE_THREADS = 128;  // --latency-table: 4 warps per block, one on each scheduler of its SM
 constexpr int ITERS = 16384;  // CHAINS mma per iteration: a few ms per run, long enough for events and clocks
 constexpr int RUNS = 9;       // timed runs after one warm-up; the median is reported
 constexpr double FLOP_PER_MMA = 2.0 * 16 * 8 * 16;
@@ -61,7 +68,7 @@ template <> __device__ uint32_t pack2<true>(float x, float y)
 
 // write_out is 0 at run time, but the compiler cannot know it: the accumulators
 // stay live, and the stores never cost memory traffic.
-template <bool BF16>
+template <bool BF16, int CHAINS>
 __global__ void __launch_bounds__(THREADS) mma_chains_kernel(int write_out, float *out)
 {
     // Small distinct operands per lane: finite sums, and data that toggles like real inputs.
@@ -78,26 +85,24 @@ __global__ void __launch_bounds__(THREADS) mma_chains_kernel(int write_out, floa
     if (write_out) {
         float sum = 0.0f;
         for (int c = 0; c < CHAINS; c++) sum += acc[c][0] + acc[c][1] + acc[c][2] + acc[c][3];
-        out[blockIdx.x * THREADS + threadIdx.x] = sum;
+        out[blockIdx.x * blockDim.x + threadIdx.x] = sum;
     }
 }
 
-// TFLOP/s of the median run, with every SM holding as many blocks as fit at once.
-template <bool BF16> static double measure(const cudaDeviceProp &prop, int *blocks_per_sm)
+// TFLOP/s of the median of RUNS launches of `blocks` blocks of `threads` threads.
+template <bool BF16, int CHAINS> static double measure(int blocks, int threads)
 {
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, mma_chains_kernel<BF16>, THREADS, 0));
-    const int blocks = prop.multiProcessorCount * *blocks_per_sm;
     float *out_dev = NULL;
-    CUDA_CHECK(cudaMalloc(&out_dev, sizeof(float) * blocks * THREADS));
+    CUDA_CHECK(cudaMalloc(&out_dev, sizeof(float) * blocks * threads));
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
-    mma_chains_kernel<BF16><<<blocks, THREADS>>>(0, out_dev);  // warm-up: clocks up, module loaded
+    mma_chains_kernel<BF16, CHAINS><<<blocks, threads>>>(0, out_dev);  // warm-up: clocks up, module loaded
     CUDA_CHECK(cudaGetLastError());
     double ms[RUNS];
     for (int r = 0; r < RUNS; r++) {
         CUDA_CHECK(cudaEventRecord(start));
-        mma_chains_kernel<BF16><<<blocks, THREADS>>>(0, out_dev);
+        mma_chains_kernel<BF16, CHAINS><<<blocks, threads>>>(0, out_dev);
         CUDA_CHECK(cudaEventRecord(stop));
         CUDA_CHECK(cudaEventSynchronize(stop));
         float t = 0;
@@ -109,23 +114,43 @@ template <bool BF16> static double measure(const cudaDeviceProp &prop, int *bloc
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
     CUDA_CHECK(cudaFree(out_dev));
-    const double flops = FLOP_PER_MMA * CHAINS * ITERS * (THREADS / 32) * (double)blocks;
+    const double flops = FLOP_PER_MMA * CHAINS * ITERS * (threads / 32) * (double)blocks;
     return flops / (ms[RUNS / 2] * 1e-3) / 1e12;
+}
+
+// The ceiling: every SM holding as many 8-warp blocks as fit at once.
+template <bool BF16> static double measure_ceiling(const cudaDeviceProp &prop, int *blocks_per_sm)
+{
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, mma_chains_kernel<BF16, CHAINS>, THREADS, 0));
+    return measure<BF16, CHAINS>(prop.multiProcessorCount * *blocks_per_sm, THREADS);
+}
+
+// One row of --latency-table: fp16, `warps` warps per scheduler, CHAINS_ chains per warp.
+template <int CHAINS_> static void table_row(const cudaDeviceProp &prop, const char *date, FILE *csv, int warps)
+{
+    const double tflops = measure<false, CHAINS_>(prop.multiProcessorCount * warps, TABLE_THREADS);
+    printf("  %d warp(s) per scheduler, %d chain(s) per warp: %6.1f TFLOP/s\n", warps, CHAINS_, tflops);
+    if (csv) fprintf(csv, "mma_sync_w%d_c%d,%s,%s,fp16,%.1f\n", warps, CHAINS_, prop.name, date, tflops);
 }
 
 int main(int argc, char **argv)
 {
     const char *csv_path = NULL;
+    int latency_table = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help")) {
-            puts("usage: mma_ceiling [--csv FILE]   mma.sync m16n8k16 fp16/bf16 -> fp32 peak TFLOP/s of GPU 0");
+            puts("usage: mma_ceiling [--csv FILE] [--latency-table]   mma.sync m16n8k16 fp16/bf16 -> fp32 peak TFLOP/s of GPU 0");
             return 0;
+        }
+        if (!strcmp(argv[i], "--latency-table")) {
+            latency_table = 1;
+            continue;
         }
         if (!strcmp(argv[i], "--csv") && i + 1 < argc && argv[i + 1][0]) {
             csv_path = argv[++i];
             continue;
         }
-        fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE, --help)\n", argv[i]);
+        fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE, --latency-table, --help)\n", argv[i]);
         return 2;
     }
 
@@ -160,11 +185,20 @@ int main(int argc, char **argv)
     }
     for (int bf16 = 0; bf16 < 2; bf16++) {
         int blocks_per_sm = 0;
-        const double tflops = bf16 ? measure<true>(prop, &blocks_per_sm) : measure<false>(prop, &blocks_per_sm);
+        const double tflops = bf16 ? measure_ceiling<true>(prop, &blocks_per_sm) : measure_ceiling<false>(prop, &blocks_per_sm);
         const char *dtype = bf16 ? "bf16" : "fp16";
         printf("mma.sync m16n8k16 %s -> f32: %.1f TFLOP/s  (%s, %d SMs x %d warps, median of %d runs)\n", dtype,
                tflops, prop.name, prop.multiProcessorCount, blocks_per_sm * THREADS / 32, RUNS);
         if (csv) fprintf(csv, "mma_sync_m16n8k16,%s,%s,%s,%.1f\n", prop.name, date, dtype, tflops);
+    }
+    if (latency_table) {
+        puts("mma.sync m16n8k16 fp16 -> f32 with few warps and few independent mma (fp16):");
+        for (int warps = 1; warps <= 4; warps++) {
+            table_row<1>(prop, date, csv, warps);
+            table_row<2>(prop, date, csv, warps);
+            table_row<4>(prop, date, csv, warps);
+            table_row<8>(prop, date, csv, warps);
+        }
     }
     if (csv) fclose(csv);
     return 0;
