@@ -13,8 +13,9 @@
  * 2. The tile configuration, chosen by the sweep in sweep.sh: WARPS warps per
  *    block, each owning M_TILES x 16 query rows; BLOCK_N keys per tile. (K and V
  *    stay double-buffered as in step 05: the copy of tile nb + 1 is issued one
- *    tile ahead, so a third buffer would only hold nothing.) With 2 m-tiles per warp every K or V fragment that ldmatrix
- *    brings from shared memory feeds two mma instead of one, halving the
+ *    tile ahead, so a third buffer would only hold nothing.) With 2 m-tiles per
+ *    warp every K or V fragment that ldmatrix brings from shared memory feeds
+ *    two mma instead of one, halving the
  *    shared-memory traffic per flop (at one m-tile a warp needs 256 bytes of B
  *    fragment per 4096-flop mma: at mma.sync's full rate that is more than the
  *    128 bytes per clock an SM's shared memory delivers). Two m-tiles leave no
@@ -28,10 +29,17 @@
  *    busy, 34% tensor pipe). So: tiles that need no mask run a copy of the loop
  *    body compiled without masking (the run-time branch made the compiler shuffle
  *    registers around it: 1826 -> 1129 SASS instructions per 256 mma in the main
- *    loop); the copy loops have a fixed, unrolled trip count; row max and row sum
- *    are pairwise trees instead of dependent chains.
+ *    loop); row max and row sum are pairwise trees instead of dependent chains;
+ *    every address that depends on the lane is computed once, before the loop
+ *    (TileCopy, q_addr / k_addr / v_addr), and full key tiles are copied without
+ *    per-row checks.
  *
- * 4. Causal launches start with the blocks that see the most keys.
+ * 4. The O rescale is skipped while no row's max has grown by more than
+ *    2^RESCALE_LOG2 (a warp vote), in the configuration where it is long (two
+ *    m-tiles at d128: 128 FMUL per lane per key tile); and each key tile waits
+ *    at one barrier, for K and V together.
+ *
+ * 5. Causal launches start with the blocks that see the most keys.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -45,6 +53,8 @@
 constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
+// The running max may lag the true max by this much (log2 units) before O is rescaled.
+constexpr float RESCALE_LOG2 = 8.0f;
 
 // Tile configurations. sweep.sh rebuilds this file with
 // -DFA2_SWEEP_WARPS=.. -DFA2_SWEEP_M_TILES=.. -DFA2_SWEEP_BLOCK_N=..
@@ -100,30 +110,28 @@ __device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[
 // the row addresses of matrix i, and register i of lane l receives elements
 // (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i -- exactly an mma
 // fragment register. .trans delivers the transposed matrix instead.
-__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void *smem_row)
+// `smem_addr` is a shared-state-space byte address (see the kernel's *_addr).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr)
 {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+                 : "r"(smem_addr));
 }
 
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void *smem_row)
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_addr)
 {
-    uint32_t addr = (uint32_t)__cvta_generic_to_shared(smem_row);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(addr));
+                 : "r"(smem_addr));
 }
 
 // Asynchronous 16-byte copy global -> shared (LDGSTS): the thread does not wait
 // for it and the data never passes through registers. .cg caches in L2 only:
 // K and V are read by other blocks from L2, never again by this SM's L1.
 // src_bytes = 0 reads nothing and fills the 16 bytes with zeros (tail rows).
-__device__ __forceinline__ void cp_async_16(void *smem_dst, const void *global_src, bool valid)
+__device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void *global_src, bool valid)
 {
-    uint32_t dst = (uint32_t)__cvta_generic_to_shared(smem_dst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(global_src), "r"(valid ? 16 : 0));
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(global_src), "r"(valid ? 16 : 0));
 }
 
 // Closes the group of cp.async issued since the last commit.
@@ -184,29 +192,48 @@ __device__ __forceinline__ int swizzle(int row, int col) { return (((col / 8) ^ 
 
 // ---- global -> shared copies -------------------------------------------------
 
-// Issues the asynchronous copy of a [ROWS][D] tile (row r at src + r * row_stride)
-// into swizzled shared memory, 16 bytes per cp.async; rows past `valid_rows` are
-// zero-filled, so a tail tile multiplies by 0 rather than by whatever memory holds.
-// The caller commits and waits.
-template <int ROWS, int D, int THREADS>
-__device__ __forceinline__ void copy_tile_async(uint16_t (*tile_smem)[D], const uint16_t *src, int64_t row_stride,
-                                                int valid_rows)
-{
-    constexpr int CHUNKS_PER_ROW = D * 2 / 16;  // 16-byte chunks of one row
-    constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
-    static_assert(THREADS % CHUNKS_PER_ROW == 0 && ROWS % ROWS_PER_PASS == 0,
-                  "every thread copies the same chunk column of the same number of rows");
+// This thread's share of copying a [ROWS][D] tile into swizzled shared memory,
+// 16 bytes per cp.async: one chunk column (col) of rows row0, row0 + ROWS_PER_PASS,
+// ... Those rows share row % 8, so the swizzled chunk is the same in every
+// pass and the shared address just steps by ROWS_PER_PASS rows: everything that
+// depends on the thread is computed once, in the constructor, and a tile's
+// copy is a run of cp.async with immediate offsets and one 64-bit add each.
+template <int D, int THREADS>
+struct TileCopy {
+    static constexpr int CHUNKS_PER_ROW = D * 2 / 16;  // 16-byte chunks of one row
+    static constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
+    static_assert(THREADS % CHUNKS_PER_ROW == 0, "every thread copies the same chunk column in each pass");
     static_assert(ROWS_PER_PASS % 8 == 0, "a thread's rows share row % 8, so its swizzled chunk is the same in every pass");
-    // A fixed trip count, unrolled: the row, chunk and swizzle of the first pass
-    // are computed once, later passes add constants (ROWS_PER_PASS rows further).
-    const int row0 = threadIdx.x / CHUNKS_PER_ROW, chunk = threadIdx.x % CHUNKS_PER_ROW;
-#pragma unroll
-    for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
-        const int row = row0 + pass * ROWS_PER_PASS;
-        const bool valid = row < valid_rows;
-        cp_async_16(&tile_smem[row][swizzle(row, chunk * 8)], src + (valid ? row * row_stride : 0) + chunk * 8, valid);
+    int row0, col;      // this thread's first row and its chunk's first element
+    uint32_t smem_off;  // bytes from a tile's start to this thread's first chunk, swizzled
+
+    __device__ TileCopy() : row0(threadIdx.x / CHUNKS_PER_ROW), col(threadIdx.x % CHUNKS_PER_ROW * 8)
+    {
+        smem_off = (row0 * D + swizzle(row0, col)) * 2;
     }
-}
+
+    // Issues the copy of rows [0, ROWS) from src (row r at src + r * row_stride) to
+    // the tile at shared address tile_smem. A FULL tile has every row; otherwise rows
+    // from valid_rows on are zero-filled (a tail tile then multiplies by 0 rather
+    // than by whatever memory holds). The caller commits and waits.
+    template <int ROWS, bool FULL>
+    __device__ __forceinline__ void issue(uint32_t tile_smem, const uint16_t *src, int64_t row_stride, int valid_rows) const
+    {
+        static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
+        const uint16_t *row_src = src + row0 * row_stride + col;
+#pragma unroll
+        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+            const uint32_t dst = tile_smem + smem_off + pass * ROWS_PER_PASS * D * 2;
+            if (FULL) {
+                cp_async_16(dst, row_src, true);
+            } else {
+                const bool valid = row0 + pass * ROWS_PER_PASS < valid_rows;
+                cp_async_16(dst, valid ? row_src : src + col, valid);  // src-size 0 reads nothing
+            }
+            row_src += ROWS_PER_PASS * row_stride;
+        }
+    }
+};
 
 // ---- the kernel --------------------------------------------------------------
 
@@ -221,9 +248,11 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     static_assert(BLOCK_N % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
     static_assert(STAGES >= 2, "the copy of tile nb + 1 needs its own buffer while tile nb is read");
     extern __shared__ __align__(16) uint16_t smem[];
-    uint16_t(*q_smem)[D] = reinterpret_cast<uint16_t(*)[D]>(smem);  // [BLOCK_M][D]; O in the epilogue
-    uint16_t(*k_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + BLOCK_M * D);  // [STAGES][BLOCK_N][D]
-    uint16_t(*v_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + (BLOCK_M + STAGES * BLOCK_N) * D);
+    // The tiles as shared-state-space byte addresses, the form cp.async and ldmatrix take.
+    constexpr uint32_t ROW_BYTES = D * 2, STAGE_BYTES = BLOCK_N * ROW_BYTES;
+    const uint32_t q_smem = (uint32_t)__cvta_generic_to_shared(smem);  // [BLOCK_M][D]; O in the epilogue
+    const uint32_t k_smem = q_smem + BLOCK_M * ROW_BYTES;              // [STAGES][BLOCK_N][D]
+    const uint32_t v_smem = k_smem + STAGES * STAGE_BYTES;             // [STAGES][BLOCK_N][D]
 
     // Causal blocks near the end of the sequence see the most keys; the GPU starts
     // blocks in index order, so they get the low indices and the short blocks fill
@@ -236,6 +265,9 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
     const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
     const int warp_row0 = warp * M_TILES * MMA_M;      // this warp's first row in the block
+    // Skip the O rescale while the running max is close enough (see the softmax
+    // below) only where the rescale is long: M_TILES x D / 2 FMUL per row pair.
+    constexpr bool LAZY_RESCALE = M_TILES * D >= 256;
 
     const uint16_t *q = (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)m0 * p.q_row_stride + h * p.q_head_stride;
     const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + h_kv * p.k_head_stride;
@@ -246,12 +278,32 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     const int key_end = p.causal ? min(p.seqlen_k, max(0, m0 + BLOCK_M + shift)) : p.seqlen_k;
     const int n_blocks = (key_end + BLOCK_N - 1) / BLOCK_N;
 
-    // Prologue: Q with K tile 0 in the first commit group, V tile 0 in the second.
-    copy_tile_async<BLOCK_M, D, THREADS>(q_smem, q, p.q_row_stride, min(BLOCK_M, p.seqlen_q - m0));
-    if (n_blocks > 0) copy_tile_async<BLOCK_N, D, THREADS>(k_smem[0], k, p.k_row_stride, min(BLOCK_N, p.seqlen_k));
+    // Prologue: Q, K tile 0 and V tile 0, one commit group; each key tile then
+    // commits one group with the next tile's K and V.
+    const TileCopy<D, THREADS> tile_copy;
+    tile_copy.template issue<BLOCK_M, false>(q_smem, q, p.q_row_stride, min(BLOCK_M, p.seqlen_q - m0));
+    if (n_blocks > 0) {
+        tile_copy.template issue<BLOCK_N, false>(k_smem, k, p.k_row_stride, min(BLOCK_N, p.seqlen_k));
+        tile_copy.template issue<BLOCK_N, false>(v_smem, v, p.v_row_stride, min(BLOCK_N, p.seqlen_k));
+    }
     cp_async_commit();
-    if (n_blocks > 0) copy_tile_async<BLOCK_N, D, THREADS>(v_smem[0], v, p.v_row_stride, min(BLOCK_N, p.seqlen_k));
-    cp_async_commit();
+
+    // This lane's ldmatrix row addresses. Every row a lane points at has
+    // row % 8 == lane % 8 (fragments start on multiples of 8 rows), so the swizzle
+    // maps 16-byte chunk 8 h + c (c < 8) to 8 h + (c ^ lane % 8): of the chunks a
+    // lane reads, only 4 distinct addresses remain, [i] for c = 2 i + its half
+    // (k-steps kk with kk % 4 == i); m-tiles, n-tiles, key steps and the next 128
+    // bytes (kk / 4) are fixed offsets the loads take as immediates.
+    uint32_t q_addr[4], k_addr[4], v_addr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        // Q (A, row major): rows lane % 16 of the m-tile, chunk 2 kk + lane / 16.
+        q_addr[i] = q_smem + (warp_row0 + lane % 16) * ROW_BYTES + ((2 * i + lane / 16) ^ (lane % 8)) * 16;
+        // K (B = K^T): keys (lane / 16) * 8 + lane % 8 of two n-tiles, chunk 2 kk + lane / 8 % 2.
+        k_addr[i] = k_smem + ((lane / 16) * 8 + lane % 8) * ROW_BYTES + ((2 * i + lane / 8 % 2) ^ (lane % 8)) * 16;
+        // V (B, transposed on the way): keys (lane / 8 % 2) * 8 + lane % 8, chunk dt + lane / 16.
+        v_addr[i] = v_smem + ((lane / 8 % 2) * 8 + lane % 8) * ROW_BYTES + ((2 * i + lane / 16) ^ (lane % 8)) * 16;
+    }
 
     float o_acc[M_TILES][D / MMA_N][4];  // [m-tile][d-tile][c0..c3]: rows g, g+8 of the m-tile, cols 2t, 2t+1
     float m_run[M_TILES][2];             // running max of rows g and g+8, in scaled log2 units
@@ -269,17 +321,24 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     // no masking code at all, so its compares and selects, and the register
     // shuffling a run-time branch around them costs, leave the hot loop.
     auto key_tile = [&](const int nb, auto masked) {
-        const int n0 = nb * BLOCK_N, stage = nb % STAGES, next = (nb + 1) % STAGES;
-        cp_async_wait<1>();  // K_nb (and Q) have landed; V_nb may still be in flight
-        __syncthreads();     // ... for every thread's copies; and every warp is done with tile nb - 1
+        const int n0 = nb * BLOCK_N, n1 = n0 + BLOCK_N;
+        const uint32_t stage_off = nb % STAGES * STAGE_BYTES, next_off = (nb + 1) % STAGES * STAGE_BYTES;
+        // K and V of tile nb have landed (this thread's copies, then, after the
+        // barrier, every thread's), and every warp is done with tile nb - 1, whose
+        // buffers the copies below overwrite. One barrier per tile: V_nb was issued
+        // a whole tile ago, so waiting for it here costs nothing, and the body from
+        // Q K^T to P V becomes one stretch of code the compiler schedules as a whole.
+        cp_async_wait<0>();
+        __syncthreads();
+        // Tile nb + 1: only the seqlen_k tail has rows to zero-fill; the others skip the per-row checks.
+        const bool next_full = n1 + BLOCK_N <= p.seqlen_k;
         if (nb + 1 < n_blocks) {
-            const int n1 = n0 + BLOCK_N;
-            copy_tile_async<BLOCK_N, D, THREADS>(k_smem[next], k + (int64_t)n1 * p.k_row_stride, p.k_row_stride, min(BLOCK_N, p.seqlen_k - n1));
-        }
-        cp_async_commit();
-        if (nb + 1 < n_blocks) {
-            const int n1 = n0 + BLOCK_N;
-            copy_tile_async<BLOCK_N, D, THREADS>(v_smem[next], v + (int64_t)n1 * p.v_row_stride, p.v_row_stride, min(BLOCK_N, p.seqlen_k - n1));
+            const uint16_t *k1 = k + (int64_t)n1 * p.k_row_stride;
+            if (next_full) tile_copy.template issue<BLOCK_N, true>(k_smem + next_off, k1, p.k_row_stride, BLOCK_N);
+            else tile_copy.template issue<BLOCK_N, false>(k_smem + next_off, k1, p.k_row_stride, p.seqlen_k - n1);
+            const uint16_t *v1 = v + (int64_t)n1 * p.v_row_stride;
+            if (next_full) tile_copy.template issue<BLOCK_N, true>(v_smem + next_off, v1, p.v_row_stride, BLOCK_N);
+            else tile_copy.template issue<BLOCK_N, false>(v_smem + next_off, v1, p.v_row_stride, p.seqlen_k - n1);
         }
         cp_async_commit();
 
@@ -294,18 +353,15 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
             // ldmatrix.x4 matrices: rows 0-7 / 8-15 (lane % 16) x cols 0-7 / 8-15 (lane / 16) = a0, a1, a2, a3.
             uint32_t q_frag[M_TILES][4];  // [m-tile][a0..a3] for this k-step
 #pragma unroll
-            for (int mt = 0; mt < M_TILES; mt++) {
-                const int row = warp_row0 + mt * MMA_M + lane % 16, col = kk * MMA_K + (lane / 16) * 8;
-                ldmatrix_x4(q_frag[mt], &q_smem[row][swizzle(row, col)]);
-            }
+            for (int mt = 0; mt < M_TILES; mt++)
+                ldmatrix_x4(q_frag[mt], q_addr[kk % 4] + mt * MMA_M * ROW_BYTES + kk / 4 * 128);
 #pragma unroll
             for (int nt = 0; nt < BLOCK_N / MMA_N; nt += 2) {
                 // B = K^T: element (k = d, n = key) is k_smem[key][d], rows of K are the n of B.
                 // Matrices: keys nt*8 + 0-7 (lanes 0-15) or + 8-15 (lanes 16-31), d cols + 0-7 or + 8-15
                 // (lane / 8 % 2) = b0, b1 of n-tile nt, then b0, b1 of n-tile nt + 1.
-                const int key = nt * MMA_N + (lane / 16) * 8 + lane % 8, col = kk * MMA_K + (lane / 8 % 2) * 8;
                 uint32_t k_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
-                ldmatrix_x4(k_frag, &k_smem[stage][key][swizzle(key, col)]);
+                ldmatrix_x4(k_frag, k_addr[kk % 4] + stage_off + nt * MMA_N * ROW_BYTES + kk / 4 * 128);
 #pragma unroll
                 for (int mt = 0; mt < M_TILES; mt++) {  // one K fragment, M_TILES mma
                     mma_m16n8k16<T>(s_acc[mt][nt], q_frag[mt], k_frag[0], k_frag[1]);
@@ -327,6 +383,8 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
         }
 
         // Online softmax for rows g (r = 0: c0, c1) and g + 8 (r = 1: c2, c3) of each m-tile.
+        float tile_max[M_TILES][2];  // the row's max score in this tile, scaled to log2 units
+        bool grown = false;          // has some row's max grown past its running max by more than RESCALE_LOG2?
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
@@ -337,25 +395,46 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
                 float row_max = tree_reduce<MaxOp>(row_vals);
                 row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));  // the 4 lanes of a quad
                 row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));  // share one row
-                const float m_new = fmaxf(m_run[mt][r], row_max * scale_log2);
-                const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // nothing visible yet: exp2(-inf) = 0, no NaN
-                const float correction = exp2_approx(m_run[mt][r] - m_use);
-                m_run[mt][r] = m_new;
+                tile_max[mt][r] = row_max * scale_log2;
+                grown |= tile_max[mt][r] > m_run[mt][r] + RESCALE_LOG2;
+            }
+        // Rescale only when the warp must: a running max that is up to RESCALE_LOG2
+        // below the true one leaves p = exp2(s - m) <= 2^RESCALE_LOG2, which fp16/bf16
+        // P and the fp32 sums hold exactly as well, and the final O / l cancels
+        // whichever max was used. Past the first tile a row's max rarely grows that
+        // much, so the 4 exp2 and the D / 2 FMUL per row of the O correction mostly
+        // drop out. The vote keeps the branch warp-uniform.
+        if (!LAZY_RESCALE || __any_sync(0xffffffffu, grown)) {
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float m_new = fmaxf(m_run[mt][r], tile_max[mt][r]);
+                    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // a row with no visible key yet: no -inf - -inf
+                    const float correction = exp2_approx(m_run[mt][r] - m_use);  // 0 on a row's first visible key
+                    m_run[mt][r] = m_new;
+                    l_run[mt][r] *= correction;
+#pragma unroll
+                    for (int dt = 0; dt < D / MMA_N; dt++) {
+                        o_acc[mt][dt][2 * r] *= correction;
+                        o_acc[mt][dt][2 * r + 1] *= correction;
+                    }
+                }
+        }
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float m_use = m_run[mt][r] == -INFINITY ? 0.0f : m_run[mt][r];  // nothing visible yet: exp2(-inf) = 0, no NaN
+                float row_vals[BLOCK_N / MMA_N * 2];
 #pragma unroll
                 for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) {
                     s_acc[mt][nt][2 * r] = row_vals[2 * nt] = exp2_approx(fmaf(s_acc[mt][nt][2 * r], scale_log2, -m_use));
                     s_acc[mt][nt][2 * r + 1] = row_vals[2 * nt + 1] = exp2_approx(fmaf(s_acc[mt][nt][2 * r + 1], scale_log2, -m_use));
                 }
-                l_run[mt][r] = l_run[mt][r] * correction + tree_reduce<SumOp>(row_vals);
-#pragma unroll
-                for (int dt = 0; dt < D / MMA_N; dt++) {
-                    o_acc[mt][dt][2 * r] *= correction;
-                    o_acc[mt][dt][2 * r + 1] *= correction;
-                }
+                l_run[mt][r] += tree_reduce<SumOp>(row_vals);
             }
 
-        cp_async_wait<2>();  // V_nb has landed; K_nb+1 and V_nb+1 may still be in flight
-        __syncthreads();
 
         // O += P V. The C fragments of key n-tiles 2j and 2j+1 are exactly the A
         // fragment of k-step j, so P never leaves registers.
@@ -374,9 +453,8 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
                 // B = V: element (k = key, n = d) is v_smem[key][d], rows of V are the k of B, so
                 // the 8x8 matrices are transposed on the way. Matrices: keys + 0-7 / 8-15
                 // (lane / 8 % 2) x d cols dt*8 + 0-7 / 8-15 (lane / 16) = b0, b1 of d-tile dt, dt + 1.
-                const int key = j * MMA_K + (lane / 8 % 2) * 8 + lane % 8, col = dt * MMA_N + (lane / 16) * 8;
                 uint32_t v_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
-                ldmatrix_x4_trans(v_frag, &v_smem[stage][key][swizzle(key, col)]);
+                ldmatrix_x4_trans(v_frag, v_addr[dt % 8 / 2] + stage_off + j * MMA_K * ROW_BYTES + dt / 8 * 128);
 #pragma unroll
                 for (int mt = 0; mt < M_TILES; mt++) {  // one V fragment, M_TILES mma
                     mma_m16n8k16<T>(o_acc[mt][dt], p_frag[mt], v_frag[0], v_frag[1]);
@@ -399,7 +477,7 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     // different chunks, so the 4-byte stores are conflict-free), and LSE directly.
     cp_async_wait<0>();  // a block that saw no key tile never waited for Q: its copy may still be landing
     __syncthreads();     // every warp is done reading Q (and K, V) before O overwrites it
-    uint16_t(*o_smem)[D] = q_smem;  // [BLOCK_M][D]
+    uint16_t(*o_smem)[D] = reinterpret_cast<uint16_t(*)[D]>(smem);  // [BLOCK_M][D], the Q tile's space
 #pragma unroll
     for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
