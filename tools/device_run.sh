@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, test, time, profile. Everything it prints
 # also goes under DIR (default build/device); phases run in the order given.
-# usage: bash tools/device_run.sh DIR [build] [test] [time] [ncu] [profile] [stalls] [sanitize] [ncu-table] [evidence] [sweep] [compare] [compare-all]
+# usage: bash tools/device_run.sh DIR [build] [test] [time] [ncu] [profile] [stalls] [sanitize] [ncu-table] [evidence] [sources] [sweep] [compare] [compare-all]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/device}; shift || true
@@ -86,6 +86,12 @@ for phase in $phases; do
       build/step06/fa2 --batch 4 --heads 16 --seqlen 4096 --iters 3000 --check off >/dev/null &
       sleep 3; nvidia-smi --query-gpu=clocks.sm,clocks.max.sm,clocks.mem,power.draw --format=csv | tee "$dir/evidence-clocks.txt"; wait
       ;;
+    sources)
+      # Per-SASS-instruction stall samples of step 06 at B4 H16 N4096 d128, summed by opcode.
+      ncu --clock-control none --launch-count 1 --section SourceCounters --section WarpStateStats -f -o "$dir/sources-step06" \
+        build/step06/fa2 --batch 4 --heads 16 --seqlen 4096 --dim 128 --iters 1 --warmup 0 --check off >"$dir/sources.log" 2>&1
+      ncu -i "$dir/sources-step06.ncu-rep" --page source --csv --print-source sass >"$dir/sources-step06.csv" 2>>"$dir/sources.log"
+      python3 tools/sass_stalls.py "$dir/sources-step06.csv" 25 | tee "$dir/sass-stalls-step06.txt" ;;
     sweep) bash steps/06_staged_epilogue/sweep.sh "$dir/sweep.csv" 30 2>&1 | tee "$dir/sweep.log" | grep -E '^==|PASS|FAIL' ;;
     compare) PYTHONUNBUFFERED=1 make compare 2>&1 | tee "$dir/compare.log" | tail -n 40; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
     compare-all) PYTHONUNBUFFERED=1 make compare SHAPES=all 2>&1 | tee "$dir/compare-all.log" | tail -n 120; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
