@@ -19,10 +19,11 @@ def main():
     if len(sys.argv) not in (2, 3):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
-    top = int(sys.argv[2]) if len(sys.argv) == 3 and sys.argv[2].isdigit() else 20
-    if len(sys.argv) == 3 and not sys.argv[2].isdigit():
-        print(f"error: TOP '{sys.argv[2]}' is not allowed (allowed: a whole number of opcodes to list)", file=sys.stderr)
+    top = sys.argv[2] if len(sys.argv) == 3 else "20"
+    if not top.isdigit():
+        print(f"error: TOP '{top}' is not allowed (allowed: a whole number of opcodes to list)", file=sys.stderr)
         return 2
+    top = int(top)
     try:
         with open(sys.argv[1], newline="") as f:
             rows = list(csv.reader(f))
