@@ -13,7 +13,13 @@ ARCHS      := $(if $(strip $(ARCH)),$(ARCH),80 86 89 90)
 GENCODE    := $(foreach a,$(ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 
 CFLAGS     := -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -fPIC -fopenmp -I$(CUDA)/include
-NVCCFLAGS  := -O3 -std=c++17 -lineinfo $(GENCODE) -Xcompiler -fPIC,-Wall
+NVCC_OPTS  := -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall
+NVCCFLAGS  := $(NVCC_OPTS) $(GENCODE)
+# Step 07 uses instructions that exist only in the Hopper target sm_90a (wgmma,
+# setmaxnreg): it is always built for that target alone, whatever ARCH says, and
+# on any other GPU it refuses to run, in one line.
+GENCODE_STEP07 := -gencode arch=compute_90a,code=sm_90a
+step_gencode = $(or $(GENCODE_STEP$(1)),$(GENCODE))
 CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm
 
 STEP_DIRS  := $(sort $(wildcard steps/[0-9][0-9]_*))
@@ -62,7 +68,7 @@ diff: check-step
 
 info: check-step
 	@$(MAKE) -s $(BUILD)/step$(step)/fa2
-	@bash tools/info.sh $(STEP_DIR) $(BUILD)/step$(step) "$(NVCCFLAGS)"
+	@bash tools/info.sh $(STEP_DIR) $(BUILD)/step$(step) "$(NVCC_OPTS) $(call step_gencode,$(step))"
 
 profile: check-step
 	@$(MAKE) -s $(BUILD)/step$(step)/fa2
@@ -93,13 +99,13 @@ $(BUILD)/step00/libfa2.so: $(BUILD)/step00/kernel.o $(BUILD)/common/validate.o
 define GPU_STEP
 $(BUILD)/step$(1)/kernel.o: $(wildcard steps/$(1)_*/kernel.cu) common/*.h
 	@mkdir -p $$(dir $$@)
-	$(NVCC) $(NVCCFLAGS) -c $$< -o $$@
+	$(NVCC) $(NVCC_OPTS) $(call step_gencode,$(1)) -c $$< -o $$@
 
 $(BUILD)/step$(1)/fa2: $(BUILD)/step$(1)/kernel.o $(BUILD)/common/main.o $(HARNESS_O)
-	$(NVCC) $(GENCODE) -Xcompiler -fopenmp $$^ $(CUDA_LIBS) -o $$@
+	$(NVCC) $(call step_gencode,$(1)) -Xcompiler -fopenmp $$^ $(CUDA_LIBS) -o $$@
 
 $(BUILD)/step$(1)/libfa2.so: $(BUILD)/step$(1)/kernel.o $(BUILD)/common/validate.o
-	$(NVCC) $(GENCODE) -shared $$^ $(CUDA_LIBS) -o $$@
+	$(NVCC) $(call step_gencode,$(1)) -shared $$^ $(CUDA_LIBS) -o $$@
 endef
 $(foreach i,$(GPU_IDS),$(eval $(call GPU_STEP,$(i))))
 
