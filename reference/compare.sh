@@ -7,7 +7,8 @@
 #   seed: B=2 H=8 N=1024 d=128; all: the benchmark shapes and the seqlen sweep (reference/shapes.sh).
 # Needs the binaries built (make all and the reference targets). Writes, appending:
 #   results/compare-<gpu>-<date>.csv   the harness's CSV rows (common/main.c)
-#   results/ceiling-<gpu>-<date>.csv   the mma.sync m16n8k16 ceiling of the GPU
+#   results/ceiling-<gpu>-<date>.csv   the mma.sync m16n8k16 ceiling of the GPU, and on Hopper
+#                                      the wgmma m64n256k16 ceiling
 # Exit: 0 all ran and passed, 1 a check failed or a run broke, 2 bad argument or
 # missing binaries, 3 no usable GPU.
 set -u
@@ -38,7 +39,7 @@ for dir in "${step_dirs[@]}"; do
   id=$(basename "$dir" | cut -c1-2)
   [ -x "build/step$id/fa2" ] || missing+=("build/step$id/fa2")
 done
-for bin in build/reference/cublas/fa2 build/reference/mma_ceiling; do [ -x "$bin" ] || missing+=("$bin"); done
+for bin in build/reference/cublas/fa2 build/reference/mma_ceiling build/reference/wgmma_ceiling; do [ -x "$bin" ] || missing+=("$bin"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "error: compare.sh: not built: ${missing[*]} (build them first: make all and the reference targets)" >&2
   exit 2
@@ -55,6 +56,10 @@ build/reference/mma_ceiling --csv "$ceiling_csv"
 rc=$?
 [ $rc -eq 3 ] && exit 3
 [ $rc -ne 0 ] && echo "compare: the ceiling probe failed (exit $rc): the % of ceiling column stays empty"
+build/reference/wgmma_ceiling --csv "$ceiling_csv"
+rc=$?
+[ $rc -eq 3 ] && echo "compare: no wgmma on this GPU (step 07 runs only on compute capability 9.0): the % of wgmma column stays empty"
+[ $rc -ne 0 ] && [ $rc -ne 3 ] && echo "compare: the wgmma ceiling probe failed (exit $rc): the % of wgmma column stays empty"
 
 torch_ok=0
 if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then

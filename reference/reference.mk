@@ -1,9 +1,11 @@
 # reference/reference.mk - the peers the steps are measured against, included by the top Makefile:
 #   build/reference/cublas/fa2, libfa2.so  the unfused cuBLAS baseline behind the fa2.h ABI
 #   build/reference/mma_ceiling            the measured mma.sync m16n8k16 peak of this GPU
-# Uses NVCC, NVCCFLAGS, GENCODE, CUDA_LIBS, BUILD and HARNESS_O of the top Makefile.
+#   build/reference/wgmma_ceiling          the measured wgmma m64n256k16 peak (Hopper, sm_90a only)
+# Uses NVCC, NVCCFLAGS, NVCC_OPTS, GENCODE, GENCODE_STEP07, CUDA_LIBS, BUILD and HARNESS_O of the top Makefile.
 
-REFERENCE_TARGETS := $(BUILD)/reference/cublas/fa2 $(BUILD)/reference/cublas/libfa2.so $(BUILD)/reference/mma_ceiling
+REFERENCE_TARGETS := $(BUILD)/reference/cublas/fa2 $(BUILD)/reference/cublas/libfa2.so $(BUILD)/reference/mma_ceiling \
+                     $(BUILD)/reference/wgmma_ceiling
 
 # cuBLAS is a shared library; the rpath is the directory CUDA_LIBS links from, so the
 # binary and the .so (dlopen'ed by the test matrix, ctypes) find it without LD_LIBRARY_PATH.
@@ -22,3 +24,8 @@ $(BUILD)/reference/cublas/libfa2.so: $(BUILD)/reference/cublas/kernel.o $(BUILD)
 $(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(CUDA_LIBS) -o $@
+
+# wgmma exists only in sm_90a: built for that target alone, as step 07 is.
+$(BUILD)/reference/wgmma_ceiling: reference/wgmma_ceiling.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCC_OPTS) $(GENCODE_STEP07) $< $(CUDA_LIBS) -o $@

@@ -1,5 +1,6 @@
 # reference/table.awk - the comparison tables from a compare CSV (the harness's columns):
-#   step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | key change
+#   step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change
+# (the ceilings: probes mma_sync_m16n8k16 and, on Hopper, wgmma_m64n256k16 of the ceiling CSV)
 # one table per shape; the last row of a step at a shape wins (a CSV of a day collects re-runs).
 #
 # awk -v mode=text|markdown -v ceiling_csv=FILE -v shapes="B H HKV N D C;..." \
@@ -14,7 +15,9 @@ BEGIN {
     if (ceiling_csv != "")
         while ((getline line < ceiling_csv) > 0) {
             split(line, c, ",")
-            if (c[1] != "probe" && c[5] ~ /^[0-9.]+$/) ceiling[c[4]] = c[5] + 0  # last row per dtype wins
+            if (c[5] !~ /^[0-9.]+$/) continue
+            if (c[1] == "mma_sync_m16n8k16") ceiling[c[4]] = c[5] + 0  # last row per dtype wins
+            if (c[1] == "wgmma_m64n256k16") wgmma_ceiling[c[4]] = c[5] + 0
         }
     torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default"
     n_torch = split(torch_order, torch_names, " ")
@@ -90,7 +93,7 @@ function title(key,    parts, f, dtype) {
            (f[6] == 1 ? "causal" : "non-causal")
 }
 
-function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, label, parts, kc) {
+function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, label, parts, kc) {
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
@@ -99,27 +102,28 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     dflt = tflops[key, "torch_sdpa_default"]
     if (mode == "markdown") {
         printf "\n**%s**\n\n", title(key)
-        print "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | key change |"
-        print "|---|---:|---:|---:|---:|---:|---|"
+        print "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |"
+        print "|---|---:|---:|---:|---:|---:|---:|---|"
     } else {
         printf "\n== %s\n", title(key)
-        printf "%-36s %10s %8s %13s %16s %14s  %s\n", "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
-               "% of mma.sync", "key change"
+        printf "%-36s %10s %8s %13s %16s %14s %11s  %s\n", "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
+               "% of mma.sync", "% of wgmma", "key change"
     }
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops[key, s]
         # The ceiling is a GPU's: a CPU row (step 00) gets none.
         pct = valid(tf) && (dtype in ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
+        wpct = valid(tf) && (dtype in wgmma_ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / wgmma_ceiling[dtype]) : "-"
         label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
         kc = key_change(s)
         if (mode == "markdown") {
             gsub(/\|/, "\\|", kc)
-            printf "| %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(ms[key, s]),
-                   fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, kc
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(ms[key, s]),
+                   fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct, kc
         } else {
-            printf "%-36s %10s %8s %13s %16s %14s  %s\n", label, fmt_ms(ms[key, s]),
-                   fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, kc
+            printf "%-36s %10s %8s %13s %16s %14s %11s  %s\n", label, fmt_ms(ms[key, s]),
+                   fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct, kc
         }
     }
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: build, test, time, profile. Everything it prints
 # also goes under DIR (default build/device); phases run in the order given.
-# usage: bash tools/device_run.sh DIR [build] [test] [time] [ncu] [profile] [stalls] [sanitize] [ncu-table] [evidence] [sources] [sweep] [compare] [compare-all]
+# usage: bash tools/device_run.sh DIR [build] [test] [time] [ncu] [profile] [stalls] [sanitize] [ncu-table] [evidence] [sources] [sweep] [compare] [compare-all] [hopper]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 dir=${1:-build/device}; shift || true
@@ -95,6 +95,19 @@ for phase in $phases; do
     sweep) bash steps/06_staged_epilogue/sweep.sh "$dir/sweep.csv" 30 2>&1 | tee "$dir/sweep.log" | grep -E '^==|PASS|FAIL' ;;
     compare) PYTHONUNBUFFERED=1 make compare 2>&1 | tee "$dir/compare.log" | tail -n 40; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
     compare-all) PYTHONUNBUFFERED=1 make compare SHAPES=all 2>&1 | tee "$dir/compare-all.log" | tail -n 120; cp results/compare-*.csv results/ceiling-*.csv "$dir/" ;;
+    hopper)
+      # Step 07 next to step 06 (profiles at the seed shape and at B4 H16 N4096, d128 and d64),
+      # step 07's resources and SASS mix, and the wgmma layout verifier.
+      for bin in build/step06/fa2 build/step07/fa2; do
+        name=$(basename "$(dirname "$bin")")
+        for shape in "seed:" "big:--batch 4 --heads 16 --seqlen 4096 --dim 128" "d64:--batch 4 --heads 16 --seqlen 4096 --dim 64"; do
+          # shellcheck disable=SC2086
+          bash tools/profile.sh "$bin" ${shape#*:} >"$dir/profile-${shape%%:*}-$name.txt" 2>&1
+          echo "== $name ${shape%%:*}"; grep -E 'gpu__time|tensor_op|issue_active|eligible|stalled_(wait|barrier|long|short|math|dispatch)' "$dir/profile-${shape%%:*}-$name.txt"
+        done
+      done
+      make -s step=07 info 2>&1 | tee "$dir/info-step07.txt" | head -n 30
+      build/scratch/verify_wgmma 2>&1 | tee "$dir/verify-wgmma.txt" | grep -vE '^PASS' ; grep -c '^PASS' "$dir/verify-wgmma.txt" ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

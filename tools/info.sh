@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make step=NN info: what the compiler made of a step's kernel -- registers,
 # shared memory, spills (ptxas), and the SASS instructions that matter for
-# FlashAttention: HMMA (tensor cores), LDSM (ldmatrix), LDGSTS (cp.async),
+# FlashAttention: HMMA (mma.sync), HGMMA (wgmma), LDSM (ldmatrix), LDGSTS
+# (cp.async), UTMALDG/UTMASTG (TMA loads and stores), SYNCS (mbarrier operations),
 # LDS/STS (ordinary shared loads/stores), MUFU.EX2 (exp2), BAR (barriers),
 # LDL/STL (local memory: spills).
 # usage: bash tools/info.sh STEP_DIR BUILD_DIR "NVCC FLAGS..."
@@ -31,7 +32,7 @@ if [ -z "$CUOBJDUMP" ]; then
   echo "cuobjdump not found (it ships with the full CUDA Toolkit): no SASS instruction mix"; exit 0
 fi
 echo "== SASS instruction mix of $obj (static counts per kernel and GPU architecture; the main loop dominates at run time)"
-want="HMMA LDSM LDGSTS LDS STS MUFU.EX2 BAR LDL STL"
+want="HMMA HGMMA LDSM LDGSTS UTMALDG UTMASTG SYNCS LDS STS MUFU.EX2 BAR LDL STL"
 printf "  %-24s" kernel; printf " %8s" $want; echo
 "$CUOBJDUMP" -sass "$obj" | awk -v want="$want" "$name_fn"'
   /^arch = / { arch = $3 }
