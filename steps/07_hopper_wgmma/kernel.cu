@@ -21,8 +21,9 @@
  *    phase bit. A second set of barriers tells the producer a stage is free.
  * 4. Warp specialisation: warpgroup 0 is the producer (one thread issues
  *    every copy, then the group gives its registers away with setmaxnreg);
- *    warpgroups 1 and 2 are consumers, 64 query rows each (BLOCK_M = 128).
- *    K and V go through STAGES shared-memory stages.
+ *    the other warpgroups are consumers, 64 query rows each: two (BLOCK_M =
+ *    128), or three at d64 on large grids (see LargeGridConfig). K and V go
+ *    through STAGES shared-memory stages.
  * 5. Softmax under the MMA: a consumer issues S_n = Q K_n^T and O += P_{n-1}
  *    V_{n-1} back to back, then runs the softmax of S_n while the second
  *    product is still on the tensor cores. The two consumers also take turns
@@ -30,7 +31,8 @@
  *    its softmax.
  * 6. The epilogue writes O, normalised, into the consumer's own Q slab (the
  *    same swizzle) and one thread stores it with a TMA store.
- * The tile changes too: 128 keys per tile at both head dims (step 06: 64).
+ * The tiles change too: 128 keys per tile at both head dims (step 06: 64),
+ * and 192 query rows per block at d64 on large grids.
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
@@ -56,16 +58,17 @@ constexpr int SLAB_COLS = SWIZZLE_BYTES / 2;  // 64 elements: a 128B-swizzled bo
                                               // tile is stored as D / 64 slabs [rows][64]
 constexpr int SWIZZLE_ATOM = 8 * SWIZZLE_BYTES;  // 1024 bytes: 8 rows, the unit every slab must be aligned to
 
-template <int D>
+template <int D, int CONSUMERS_>
 struct Config {
-    static constexpr int CONSUMERS = 2;  // consumer warpgroups, WG_M query rows each
+    static constexpr int CONSUMERS = CONSUMERS_;  // consumer warpgroups, WG_M query rows each
     static constexpr int BLOCK_M = CONSUMERS * WG_M;
     static constexpr int BLOCK_N = 128;  // keys per tile: the n of Q K^T's wgmma
     static constexpr int STAGES = 2;     // shared-memory buffers for each of K and V
     static constexpr int THREADS = (CONSUMERS + 1) * WARPGROUP;
-    // setmaxnreg: the producer needs a few registers for addresses and loop counters,
-    // the consumers hold S (BLOCK_N / 2), O (D / 2) and P (BLOCK_N / 4) per thread.
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = 240;
+    // setmaxnreg: the producer needs a few registers for addresses and loop counters;
+    // a consumer holds S (BLOCK_N / 2 per thread), O (D / 2) and P (BLOCK_N / 4), 160
+    // at d128 and 128 at d64, plus its softmax temporaries.
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
     static constexpr bool PINGPONG = true;  // consumers take turns at the tensor cores
     static_assert((PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) * WARPGROUP <= 65536,
                   "the warpgroups' register budgets must fit in the SM's 64K registers");
@@ -74,6 +77,14 @@ struct Config {
                   "BLOCK_N is the n of one wgmma (a multiple of 8, at most 256) and P V consumes it 16 keys at a time");
     static_assert(STAGES >= 2, "the copy of tile n + 1 needs its own buffer while tile n is read");
 };
+// Two consumers (128 query rows per block) everywhere, except d64 on grids with more
+// 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
+// choice for d64) was measured 5-15% faster, and on smaller grids 12% slower (fewer,
+// larger blocks leave SMs idle). See docs/07_hopper_wgmma.md, run 23.
+template <int D>
+using SmallGridConfig = Config<D, 2>;
+template <int D>
+using LargeGridConfig = Config<D, D == 64 ? 3 : 2>;
 
 // Byte offsets into dynamic shared memory, from a 1024-byte aligned base.
 template <int D, typename C>
@@ -681,10 +692,9 @@ static bool make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype,
                   CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
-template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+template <typename T, int D, typename C>
+static int launch_with(const fa2_params *p, cudaStream_t stream)
 {
-    using C = Config<D>;
     using L = SmemLayout<D, C>;
     CUtensorMap q_map, k_map, v_map, o_map;
     if (!make_tensor_map(&q_map, p->q, p->dtype, D, p->seqlen_q, p->heads_q, p->batch, p->q_row_stride, p->q_head_stride, p->q_batch_stride, WG_M) ||
@@ -697,6 +707,18 @@ static int launch(const fa2_params *p, cudaStream_t stream)
     dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
     fa2_wgmma_kernel<T, D, C><<<grid, C::THREADS, L::BYTES, stream>>>(*p, q_map, k_map, v_map, o_map);
     return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+}
+
+// Picks the configuration by how many 128-row blocks the grid has.
+template <typename T, int D>
+static int launch(const fa2_params *p, cudaStream_t stream)
+{
+    int device = 0, sm_count = 0;
+    if (cudaGetDevice(&device) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
+        return FA2_ERR_LAUNCH;
+    const long long blocks = (long long)((p->seqlen_q + SmallGridConfig<D>::BLOCK_M - 1) / SmallGridConfig<D>::BLOCK_M) * p->heads_q * p->batch;
+    return blocks <= sm_count ? launch_with<T, D, SmallGridConfig<D>>(p, stream) : launch_with<T, D, LargeGridConfig<D>>(p, stream);
 }
 
 // The current GPU's compute capability as 10 major + minor, or 0 when no GPU
