@@ -9,11 +9,13 @@ if [ -z "$CS" ]; then
   echo "error: compute-sanitizer not found: it ships with the CUDA Toolkit (or set COMPUTE_SANITIZER=...)"; exit 2
 fi
 # small; tails, causal, GQA, Nq < Nk; causal Nq > Nk (blocks whose rows see no key); a grid
-# larger than the GPU (a step may choose another tile configuration for it)
+# larger than the GPU (a step may choose another tile configuration for it), at d128 and, causal
+# with Nq > Nk, at d64
 shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
         "--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16"
         "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal"
-        "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 128")
+        "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 128"
+        "--batch 2 --heads 80 --kv-heads 20 --seqlen-q 300 --seqlen-k 260 --dim 64 --causal")
 failed=0
 for tool in memcheck racecheck synccheck initcheck; do
   for shape in "${shapes[@]}"; do
