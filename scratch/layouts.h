@@ -1,15 +1,18 @@
-/* layouts.h - the layout formulas of steps 02..06, each written once.
+/* layouts.h - the layout formulas of steps 02..07, each written once.
  *
- * The scratch visualizers print from these functions and the GPU verifier
- * (verify.cu) runs the real instructions with addresses and registers placed by
- * them, so a printed map is a map the hardware was shown to follow.
- * Plain C that is also valid C++, so nvcc's host pass can include it.
+ * The scratch visualizers print from these functions and the GPU verifiers
+ * (verify.cu, verify_wgmma.cu) run the real instructions with addresses and
+ * registers placed by them, so a printed map is a map the hardware was shown
+ * to follow. Plain C that is also valid C++, so nvcc's host pass can include it.
  *
  * Hardware facts used (PTX ISA: "Matrix Fragments for mma.m16n8k16",
- * "ldmatrix"; CUDA C Programming Guide: "Shared Memory"):
+ * "ldmatrix", "Register Fragments and Shared Memory Matrix Layouts" of
+ * wgmma; CUDA C Programming Guide: "Shared Memory"):
  *  - a warp's 32 lanes form 8 quads; in an mma fragment the quad number
  *    (groupID = lane / 4) picks a row and the thread in the quad (lane % 4)
  *    picks a pair of adjacent columns;
+ *  - a Hopper warpgroup (4 warps) splits the 64 rows of a wgmma into 16 per
+ *    warp, and each warp holds its rows in exactly the mma.sync fragments;
  *  - ldmatrix moves 8x8 matrices of 16-bit elements, one 16-byte row per
  *    address, and hands them out in exactly that fragment order;
  *  - shared memory has 32 banks of 4 bytes; a bank serves one 4-byte word per
@@ -79,6 +82,66 @@ static inline tile_coord mma_c_coord(int lane, int reg)
  * accumulator p_source_creg of S n-tile p_source_ntile: no shuffle needed. */
 static inline int p_source_ntile(int kstep, int reg) { return 2 * kstep + (reg >> 1); }
 static inline int p_source_creg(int reg, int half) { return 2 * (reg & 1) + half; }
+
+/* ---- wgmma.mma_async.sync.aligned.m64nNk16, f16/bf16 inputs, f32 accumulators (sm_90a) ----
+ * PTX ISA, "Register Fragments and Shared Memory Matrix Layouts" ("Matrix
+ * Fragments for wgmma.mma_async.m64nNk16", "Shared Memory Matrix Layout"). */
+
+enum {
+    WG_THREADS = 128,                  /* a warpgroup: 4 consecutive warps, the first one's index divisible by 4 */
+    WG_WARPS = WG_THREADS / WARP_SIZE,
+    WG_M = 64,                         /* rows of A and D: 16 per warp */
+    WG_K = 16,                         /* k of one instruction for 16-bit inputs */
+    WG_N_MAX = 256,                    /* n: a multiple of 8 up to 256 */
+    WG_A_REGS = 4,                     /* A from registers: 4 x 32 bits, 2 halves each */
+    WG_CORE_ROWS = 8,                  /* a shared-memory core matrix: 8 rows of 16 bytes */
+};
+
+/* The warp of its warpgroup that a thread of the block is in: it owns rows
+ * 16 w .. 16 w + 15 of the A and D tiles. */
+static inline int wgmma_warp(int thread) { return thread / WARP_SIZE % WG_WARPS; }
+
+static inline int wgmma_d_regs(int n) { return n / 2; } /* fp32 accumulators per thread */
+
+/* D, 64 x N [m][n] fp32: register i of (warp w, lane l) is the mma.sync C
+ * register i % 4 of the n8 block i / 4, 16 rows down per warp:
+ * row 16w + g + 8((i >> 1) & 1), column 8(i >> 2) + 2t + (i & 1). */
+static inline tile_coord wgmma_d_coord(int warp, int lane, int reg)
+{
+    tile_coord c = mma_c_coord(lane, reg % MMA_C_REGS);
+    return tile_coord_at(warp * MMA_M + c.row, reg / MMA_C_REGS * MMA_N + c.col);
+}
+
+/* A from registers, 64 x 16 [m][k]: a0..a3 of (warp w, lane l) are the mma.sync
+ * A fragment of rows 16w..16w+15 (a0 (g, 2t..2t+1), a1 (g+8), a2 (g, 2t+8..),
+ * a3 (g+8, 2t+8..)), lower column in the low half. */
+static inline tile_coord wgmma_a_coord(int warp, int lane, int reg, int half)
+{
+    tile_coord a = mma_a_coord(lane, reg, half);
+    return tile_coord_at(warp * MMA_M + a.row, a.col);
+}
+
+/* P.V k-step j reads keys 16j..16j+15, which S = Q K^T (one m64nNk16 over N
+ * keys) holds in accumulators 8j..8j+7: the n8 blocks 2j and 2j+1 of the
+ * mma.sync reuse above, their registers laid end to end. Register-A reg, half h
+ * of P is the same thread's accumulator 8j + 2 reg + h:
+ * a_r = pack(s[8j + 2r], s[8j + 2r + 1]), no shuffle. */
+static inline int wgmma_p_source_reg(int kstep, int reg, int half)
+{
+    return MMA_C_REGS * p_source_ntile(kstep, reg) + p_source_creg(reg, half);
+}
+
+/* B from shared memory, K-major (imm-trans-b = 0: B[k][n] stored as rows of n
+ * with k contiguous, as a K tile [key][d] is for S = Q K^T), no swizzle
+ * (descriptor layout type 0). The canonical layout ((8,m),(T,2k)):((1T,SBO),(1,LBO))
+ * with T = 8 16-bit elements: core matrices of 8 rows (n) x 16 bytes (8 k), each
+ * 128 contiguous bytes; the descriptor's leading byte offset (LBO) steps from a
+ * core matrix to the next along k, its stride byte offset (SBO) to the next
+ * along n. Byte offset of B[k][n] from the descriptor's start address: */
+static inline int wgmma_b_kmajor_offset(int k, int n, int lbo, int sbo)
+{
+    return n / WG_CORE_ROWS * sbo + k / CHUNK_ELEMS * lbo + n % WG_CORE_ROWS * CHUNK_BYTES + k % CHUNK_ELEMS * ELEM_BYTES;
+}
 
 /* The tile elements each fragment register needs, in [row][col] of the shared
  * tiles: Q [BLOCK_M][D], K and V [BLOCK_N][D], O [BLOCK_M][D]. */

@@ -1,9 +1,10 @@
-# scratch.mk - the layout visualizers (scratch/*.c) and the GPU verifier (scratch/verify.cu).
+# scratch.mk - the layout visualizers (scratch/*.c) and the GPU verifiers (scratch/verify.cu,
+# scratch/verify_wgmma.cu).
 # Included by the top Makefile, which defines CC, NVCC, GENCODE and BUILD; the defaults below
 # only serve `make -f scratch/scratch.mk ...` (what scratch/test.sh runs), so it also works alone.
 #
 #   make scratch                               build and run every visualizer with default args
-#   make scratch name=swizzle ARGS="--dim 64"  run one (name=verify: the GPU verifier)
+#   make scratch name=swizzle ARGS="--dim 64"  run one (name=verify, name=verify_wgmma: the GPU verifiers)
 #   make scratch-test                          the property checks (scratch/test.sh)
 
 CUDA    ?= /usr/local/cuda
@@ -11,11 +12,14 @@ NVCC    ?= $(CUDA)/bin/nvcc
 BUILD   ?= build
 # PTX for sm_80 as well as its SASS, so the standalone build also runs on newer GPUs (JIT).
 GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80
+# wgmma exists only in the Hopper target sm_90a, whose code runs on compute capability 9.0 alone.
+GENCODE_WGMMA := -gencode arch=compute_90a,code=sm_90a
 
-SCRATCH_NAMES    := mma_fragments ldmatrix swizzle bank_conflicts copy_layout quad_shuffle
-SCRATCH_PROGRAMS := $(SCRATCH_NAMES:%=$(BUILD)/scratch/%)
-SCRATCH_VERIFY   := $(BUILD)/scratch/verify
-SCRATCH_HEADERS  := scratch/layouts.h scratch/tool.h
+SCRATCH_NAMES        := mma_fragments wgmma_fragments ldmatrix swizzle bank_conflicts copy_layout quad_shuffle
+SCRATCH_PROGRAMS     := $(SCRATCH_NAMES:%=$(BUILD)/scratch/%)
+SCRATCH_VERIFY       := $(BUILD)/scratch/verify
+SCRATCH_VERIFY_WGMMA := $(BUILD)/scratch/verify_wgmma
+SCRATCH_HEADERS      := scratch/layouts.h scratch/tool.h
 
 name ?=
 
@@ -29,17 +33,21 @@ $(SCRATCH_VERIFY): scratch/verify.cu $(SCRATCH_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 $(GENCODE) -Xcompiler -Wall $< -o $@
 
+$(SCRATCH_VERIFY_WGMMA): scratch/verify_wgmma.cu $(SCRATCH_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 $(GENCODE_WGMMA) -Xcompiler -Wall $< -o $@
+
 scratch-build: $(SCRATCH_PROGRAMS)
 
 scratch-names:
 	@echo $(SCRATCH_NAMES)
 
-scratch: $(if $(filter verify,$(name)),$(SCRATCH_VERIFY),$(SCRATCH_PROGRAMS))
+scratch: $(if $(filter verify,$(name)),$(SCRATCH_VERIFY),$(if $(filter verify_wgmma,$(name)),$(SCRATCH_VERIFY_WGMMA),$(SCRATCH_PROGRAMS)))
 	@if [ -z "$(name)" ]; then \
 	  for p in $(SCRATCH_NAMES); do echo "== $$p"; $(BUILD)/scratch/$$p || exit 1; echo; done; \
 	else \
-	  case " $(SCRATCH_NAMES) verify " in *" $(name) "*) ;; \
-	  *) echo "error: name='$(name)' is not allowed (allowed: $(SCRATCH_NAMES) verify)"; exit 2;; esac; \
+	  case " $(SCRATCH_NAMES) verify verify_wgmma " in *" $(name) "*) ;; \
+	  *) echo "error: name='$(name)' is not allowed (allowed: $(SCRATCH_NAMES) verify verify_wgmma)"; exit 2;; esac; \
 	  $(BUILD)/scratch/$(name) $(ARGS); \
 	fi
 

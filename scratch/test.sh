@@ -4,7 +4,8 @@
 # Each program's --check asserts its own maps (bijections, conflict-free
 # swizzled patterns, exact copy coverage, ...); this script builds the programs,
 # passes those lines on, and checks the command line of every program. On a
-# machine with a GPU it also runs the hardware verifier (verify.cu).
+# machine with a GPU it also runs the hardware verifiers (verify.cu, and
+# verify_wgmma.cu, which runs on compute capability 9.0 and skips elsewhere).
 set -u
 cd "$(dirname "$0")/.."
 scratch_make=(make -s -f scratch/scratch.mk)
@@ -72,6 +73,8 @@ for name in $("${scratch_make[@]}" scratch-names); do
 done
 
 expect_run "--only p" "$bin/mma_fragments" --only p
+expect_run "--n 128 --only p" "$bin/wgmma_fragments" --n 128 --only p
+expect_run "--n=256 --cols=32 --only=d" "$bin/wgmma_fragments" --n=256 --cols=32 --only=d
 expect_run "--use v --dim 64" "$bin/ldmatrix" --use v --dim 64
 expect_run "--dim 64 --rows 16" "$bin/swizzle" --dim 64 --rows 16
 expect_run "--dim 128 --show k-frag" "$bin/bank_conflicts" --dim 128 --show k-frag
@@ -82,24 +85,31 @@ expect_refusal "$bin/swizzle" --rows
 expect_refusal "$bin/copy_layout" --heads 0
 expect_refusal "$bin/bank_conflicts" --show everything
 expect_refusal "$bin/mma_fragments" --only d
+expect_refusal "$bin/wgmma_fragments" --n 96
+expect_refusal "$bin/wgmma_fragments" --only b
+expect_refusal "$bin/wgmma_fragments" --cols 12
+expect_refusal "$bin/wgmma_fragments" --n 64 --cols 128
 
-# The GPU verifier: it must build wherever nvcc is; it runs only where a GPU answers.
-if verify_log=$("${scratch_make[@]}" "$bin/verify" 2>&1); then
-  result PASS "build scratch GPU verifier ($bin/verify)"
-  if nvidia-smi -L >/dev/null 2>&1; then
-    relay "verify" "$bin/verify"
+# The GPU verifiers: they must build wherever nvcc is; they run only where a GPU answers
+# (verify_wgmma prints one SKIP line on a GPU other than compute capability 9.0).
+for name in verify verify_wgmma; do
+  if verify_log=$("${scratch_make[@]}" "$bin/$name" 2>&1); then
+    result PASS "build scratch GPU verifier ($bin/$name)"
+    if nvidia-smi -L >/dev/null 2>&1; then
+      relay "$name" "$bin/$name"
+    else
+      out=$("$bin/$name" 2>&1); rc=$?
+      if [ $rc -eq 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && [[ $out == "SKIP $name: no usable GPU"* ]]; then
+        result PASS "scratch $name without a GPU prints one SKIP line and exits 0"
+      else result FAIL "scratch $name without a GPU" "exit $rc: $out"; fi
+      result SKIP "scratch GPU verification ($name)" "no GPU (nvidia-smi found none)"
+    fi
+  elif grep -qiE 'nvcc.*(not found|no such file)' <<<"$verify_log"; then
+    result SKIP "build scratch GPU verifier ($name)" "no nvcc: $(head -n 1 <<<"$verify_log")"
   else
-    out=$("$bin/verify" 2>&1); rc=$?
-    if [ $rc -eq 0 ] && [ "$(wc -l <<<"$out")" -eq 1 ] && [[ $out == "SKIP verify: no usable GPU"* ]]; then
-      result PASS "scratch verify without a GPU prints one SKIP line and exits 0"
-    else result FAIL "scratch verify without a GPU" "exit $rc: $out"; fi
-    result SKIP "scratch GPU verification" "no GPU (nvidia-smi found none)"
+    result FAIL "build scratch GPU verifier ($name)" "$(tail -n 5 <<<"$verify_log" | tr '\n' ' ')"
   fi
-elif grep -qiE 'nvcc.*(not found|no such file)' <<<"$verify_log"; then
-  result SKIP "build scratch GPU verifier" "no nvcc: $(head -n 1 <<<"$verify_log")"
-else
-  result FAIL "build scratch GPU verifier" "$(tail -n 5 <<<"$verify_log" | tr '\n' ' ')"
-fi
+done
 rm -f "$bin/stderr"
 
 echo "scratch: $pass passed, $fail failed, $skip skipped"
