@@ -78,14 +78,15 @@ def default_ceiling_path(compare_path):
     return os.path.join(head, name.replace("compare-", "ceiling-", 1)) if name.startswith("compare-") else None
 
 
-def ceiling_tflops(path, gpu, dtype):
-    """The mma.sync m16n8k16 TFLOP/s of the GPU for dtype (last row wins), or None."""
+def ceiling_tflops(path, gpu, dtype, probe="mma_sync_m16n8k16"):
+    """The TFLOP/s of one ceiling probe (mma_sync_m16n8k16, or wgmma_m64n256k16 on Hopper)
+    of the GPU for dtype (last row wins), or None."""
     if not path or not os.path.exists(path):
         return None
     value = None
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
-            if r["device"] == gpu and r["dtype"] == dtype:
+            if r["probe"] == probe and r["device"] == gpu and r["dtype"] == dtype:
                 value = float(r["tflops"])
     return value
 

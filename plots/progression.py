@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Bar chart of the step-by-step progression: TFLOP/s of every step at one shape (the
 seed shape unless --shape), the peers (cuBLAS unfused, torch SDPA) and the measured
-mma.sync ceiling as labelled horizontal lines.
+mma.sync ceiling (and on Hopper the wgmma ceiling) as labelled horizontal lines.
 
 usage: python3 plots/progression.py results/compare-<gpu>-<date>.csv [--out PNG]
 """
@@ -48,7 +48,9 @@ def main():
         s for s in at_shape if not csvdata.is_step(s) and s not in csvdata.PEERS)
     if not steps and not peers:
         raise SystemExit(f"error: {a.csv} has no rows at {a.dtype} shape {a.shape[1:]}")
-    ceiling = csvdata.ceiling_tflops(a.ceiling or csvdata.default_ceiling_path(a.csv), gpu, a.dtype)
+    ceiling_path = a.ceiling or csvdata.default_ceiling_path(a.csv)
+    ceiling = csvdata.ceiling_tflops(ceiling_path, gpu, a.dtype)
+    wgmma_ceiling = csvdata.ceiling_tflops(ceiling_path, gpu, a.dtype, "wgmma_m64n256k16")
 
     fig, ax = plt.subplots(figsize=(12, 6.5))
     values = [at_shape[s]["tflops"] for s in steps]
@@ -70,6 +72,8 @@ def main():
              for p in peers for name, color, style in [csvdata.peer_style(p)]]
     if ceiling:
         lines.append(("mma.sync ceiling", ceiling, "black", ":"))
+    if wgmma_ceiling:
+        lines.append(("wgmma ceiling", wgmma_ceiling, "black", "-."))
     top = max(values + [v for _, v, _, _ in lines]) * 1.15
     ax.set_ylim(0, top)
     for _, v, color, style in lines:

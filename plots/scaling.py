@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """TFLOP/s against sequence length, one line per step and peer, from the seqlen sweep of
 `make compare SHAPES=all`: batch x seqlen fixed (16384 tokens), H=16, d=128, non-causal.
-The measured mma.sync ceiling is the dotted line at the top.
+The measured mma.sync ceiling is the dotted line (on Hopper the wgmma ceiling the dash-dotted one).
 
 usage: python3 plots/scaling.py results/compare-<gpu>-<date>.csv [--out PNG]
 """
@@ -49,9 +49,13 @@ def main():
         name, color, style = csvdata.peer_style(s)
         ax.plot(xs, ys, marker="s", linestyle=style, color=color, linewidth=1.5,
                 label=name + (" (FAIL at some N)" if any(failed) else ""))
-    ceiling = csvdata.ceiling_tflops(a.ceiling or csvdata.default_ceiling_path(a.csv), gpu, a.dtype)
+    ceiling_path = a.ceiling or csvdata.default_ceiling_path(a.csv)
+    ceiling = csvdata.ceiling_tflops(ceiling_path, gpu, a.dtype)
     if ceiling:
         ax.axhline(ceiling, color="black", linestyle=":", linewidth=1.5, label=f"mma.sync ceiling {ceiling:.0f}")
+    wgmma_ceiling = csvdata.ceiling_tflops(ceiling_path, gpu, a.dtype, "wgmma_m64n256k16")
+    if wgmma_ceiling:
+        ax.axhline(wgmma_ceiling, color="black", linestyle="-.", linewidth=1.5, label=f"wgmma ceiling {wgmma_ceiling:.0f}")
 
     seqlens = sorted({x for pts in series.values() for x, _, _ in pts})
     ax.set_xscale("log", base=2)

@@ -43,8 +43,11 @@ if awk -F, -v s="$sb,$sh,$shkv,$sn,$sn,$sd,$sc" 'FNR > 1 && $5 "," $6 "," $7 ","
 fi
 ceiling_note=""
 if [ -f "$ceiling_csv" ]; then
-  ceiling_note=$(awk -F, '$1 != "probe" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
-  [ -n "$ceiling_note" ] && ceiling_note="; mma.sync m16n8k16 ceiling (fp16) ${ceiling_note} TFLOP/s from \`$ceiling_csv\`"
+  mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
+  wgmma=$(awk -F, '$1 == "wgmma_m64n256k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
+  [ -n "$mma" ] && ceiling_note="; mma.sync m16n8k16 ceiling (fp16) $mma TFLOP/s"
+  [ -n "$wgmma" ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
+  [ -n "$ceiling_note" ] && ceiling_note="$ceiling_note from \`$ceiling_csv\`"
 fi
 
 block=$(mktemp)
