@@ -20,13 +20,9 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
-#include <algorithm>
-
-#include "../common/cuda_check.h"
+#include "probe.h"
 
 
 constexpr int THREADS = 256;  // 8 warps per block
@@ -35,7 +31,6 @@ constexpr int THREADS = 256;  // 8 warps per block
 constexpr int CHAINS = 8;
 constexpr int TABLE_THREADS = 128;  // --latency-table: 4 warps per block, one on each scheduler of its SM
 constexpr int ITERS = 16384;  // CHAINS mma per iteration: a few ms per run, long enough for events and clocks
-constexpr int RUNS = 9;       // timed runs after one warm-up; the median is reported
 constexpr double FLOP_PER_MMA = 2.0 * 16 * 8 * 16;
 
 template <bool BF16>
@@ -89,33 +84,15 @@ __global__ void __launch_bounds__(THREADS) mma_chains_kernel(int write_out, floa
     }
 }
 
-// TFLOP/s of the median of RUNS launches of `blocks` blocks of `threads` threads.
+// TFLOP/s of the median launch of `blocks` blocks of `threads` threads.
 template <bool BF16, int CHAINS> static double measure(int blocks, int threads)
 {
     float *out_dev = NULL;
     CUDA_CHECK(cudaMalloc(&out_dev, sizeof(float) * blocks * threads));
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    mma_chains_kernel<BF16, CHAINS><<<blocks, threads>>>(0, out_dev);  // warm-up: clocks up, module loaded
-    CUDA_CHECK(cudaGetLastError());
-    double ms[RUNS];
-    for (int r = 0; r < RUNS; r++) {
-        CUDA_CHECK(cudaEventRecord(start));
-        mma_chains_kernel<BF16, CHAINS><<<blocks, threads>>>(0, out_dev);
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        ms[r] = t;
-    }
-    CUDA_CHECK(cudaGetLastError());
-    std::sort(ms, ms + RUNS);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+    const double ms = probe_median_ms([&] { mma_chains_kernel<BF16, CHAINS><<<blocks, threads>>>(0, out_dev); });
     CUDA_CHECK(cudaFree(out_dev));
     const double flops = FLOP_PER_MMA * CHAINS * ITERS * (threads / 32) * (double)blocks;
-    return flops / (ms[RUNS / 2] * 1e-3) / 1e12;
+    return flops / (ms * 1e-3) / 1e12;
 }
 
 // The ceiling: every SM holding as many 8-warp blocks as fit at once.
@@ -154,41 +131,18 @@ int main(int argc, char **argv)
         return 2;
     }
 
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "error: no CUDA GPU found (%s): mma_ceiling needs an sm_80 or newer GPU\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        return 3;
-    }
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major < 8) {
-        fprintf(stderr, "error: GPU %s is sm_%d%d: mma.sync m16n8k16 with bf16 needs sm_80 or newer\n", prop.name,
-                prop.major, prop.minor);
-        return 3;
-    }
-
+    // bf16 mma.sync m16n8k16 needs sm_80.
+    const cudaDeviceProp prop = probe_gpu("mma_ceiling", "an sm_80 or newer GPU",
+                                          [](const cudaDeviceProp &p) { return p.major >= 8; });
     char date[16];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%d", &tm);
-    FILE *csv = NULL;
-    if (csv_path) {
-        csv = fopen(csv_path, "a");
-        if (!csv) {
-            fprintf(stderr, "error: --csv: cannot open '%s' for appending\n", csv_path);
-            return 2;
-        }
-        if (ftell(csv) == 0) fputs("probe,device,date,dtype,tflops\n", csv);
-    }
+    probe_date(date);
+    FILE *csv = probe_csv_open(csv_path);
     for (int bf16 = 0; bf16 < 2; bf16++) {
         int blocks_per_sm = 0;
         const double tflops = bf16 ? measure_ceiling<true>(prop, &blocks_per_sm) : measure_ceiling<false>(prop, &blocks_per_sm);
         const char *dtype = bf16 ? "bf16" : "fp16";
         printf("mma.sync m16n8k16 %s -> f32: %.1f TFLOP/s  (%s, %d SMs x %d warps, median of %d runs)\n", dtype,
-               tflops, prop.name, prop.multiProcessorCount, blocks_per_sm * THREADS / 32, RUNS);
+               tflops, prop.name, prop.multiProcessorCount, blocks_per_sm * THREADS / 32, PROBE_RUNS);
         if (csv) fprintf(csv, "mma_sync_m16n8k16,%s,%s,%s,%.1f\n", prop.name, date, dtype, tflops);
     }
     if (latency_table) {

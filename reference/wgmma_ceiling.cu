@@ -16,12 +16,10 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
-#include <algorithm>
 #include <type_traits>
 
-#include "../common/cuda_check.h"
+#include "probe.h"
 
 // The 128 accumulator operands of m64n256k16 (fp32, one register each).
 #define WGMMA_N256_LIST "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, %64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, %80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, %96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, %112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127}"
@@ -33,7 +31,6 @@ constexpr int N = 256;                       // the widest wgmma: the most flops
 constexpr int K_STEPS = 4;                   // 4 x k16 = 64 columns = one 128-byte swizzled row
 constexpr int A_BYTES = 64 * 128, B_BYTES = N * 128;
 constexpr int ITERS = 4096;                  // K_STEPS wgmma per iteration: a few ms per launch
-constexpr int RUNS = 9;                      // timed runs after one warm-up; the median is reported
 constexpr double FLOP_PER_WGMMA = 2.0 * 64 * N * 16;
 
 // The wgmma shared-memory descriptor as step 07 builds it: K-major, 128-byte swizzle,
@@ -91,35 +88,17 @@ __global__ void __launch_bounds__(THREADS, 1) wgmma_kernel(int write_out, float 
     }
 }
 
-// TFLOP/s of the median of RUNS launches, one block per SM.
+// TFLOP/s of the median launch, one block per SM.
 template <typename T> static double measure(const cudaDeviceProp &prop)
 {
     const int blocks = prop.multiProcessorCount, smem_bytes = A_BYTES + B_BYTES + 1024;
     float *out_dev = NULL;
     CUDA_CHECK(cudaMalloc(&out_dev, sizeof(float) * blocks * THREADS));
     CUDA_CHECK(cudaFuncSetAttribute(wgmma_kernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    cudaEvent_t start, stop;
-    CUDA_CHECK(cudaEventCreate(&start));
-    CUDA_CHECK(cudaEventCreate(&stop));
-    wgmma_kernel<T><<<blocks, THREADS, smem_bytes>>>(0, out_dev);  // warm-up: clocks up, module loaded
-    CUDA_CHECK(cudaGetLastError());
-    double ms[RUNS];
-    for (int r = 0; r < RUNS; r++) {
-        CUDA_CHECK(cudaEventRecord(start));
-        wgmma_kernel<T><<<blocks, THREADS, smem_bytes>>>(0, out_dev);
-        CUDA_CHECK(cudaEventRecord(stop));
-        CUDA_CHECK(cudaEventSynchronize(stop));
-        float t = 0;
-        CUDA_CHECK(cudaEventElapsedTime(&t, start, stop));
-        ms[r] = t;
-    }
-    CUDA_CHECK(cudaGetLastError());
-    std::sort(ms, ms + RUNS);
-    CUDA_CHECK(cudaEventDestroy(start));
-    CUDA_CHECK(cudaEventDestroy(stop));
+    const double ms = probe_median_ms([&] { wgmma_kernel<T><<<blocks, THREADS, smem_bytes>>>(0, out_dev); });
     CUDA_CHECK(cudaFree(out_dev));
     const double flops = FLOP_PER_WGMMA * K_STEPS * ITERS * WARPGROUPS * (double)blocks;
-    return flops / (ms[RUNS / 2] * 1e-3) / 1e12;
+    return flops / (ms * 1e-3) / 1e12;
 }
 
 int main(int argc, char **argv)
@@ -137,39 +116,16 @@ int main(int argc, char **argv)
         fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE, --help)\n", argv[i]);
         return 2;
     }
-    int count = 0;
-    cudaError_t err = cudaGetDeviceCount(&count);
-    if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "error: no CUDA GPU found (%s): wgmma_ceiling needs a compute capability 9.0 GPU\n",
-                err != cudaSuccess ? cudaGetErrorString(err) : "0 devices");
-        return 3;
-    }
-    cudaDeviceProp prop;
-    CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-    if (prop.major != 9 || prop.minor != 0) {
-        fprintf(stderr, "error: GPU %s is compute capability %d.%d: wgmma exists only on 9.0 (sm_90a)\n", prop.name,
-                prop.major, prop.minor);
-        return 3;
-    }
+    const cudaDeviceProp prop = probe_gpu("wgmma_ceiling", "compute capability 9.0 (wgmma exists only in sm_90a)",
+                                          [](const cudaDeviceProp &p) { return p.major == 9 && p.minor == 0; });
     char date[16];
-    time_t now = time(NULL);
-    struct tm tm;
-    gmtime_r(&now, &tm);
-    strftime(date, sizeof date, "%Y-%m-%d", &tm);
-    FILE *csv = NULL;
-    if (csv_path) {
-        csv = fopen(csv_path, "a");
-        if (!csv) {
-            fprintf(stderr, "error: --csv: cannot open '%s' for appending\n", csv_path);
-            return 2;
-        }
-        if (ftell(csv) == 0) fputs("probe,device,date,dtype,tflops\n", csv);
-    }
+    probe_date(date);
+    FILE *csv = probe_csv_open(csv_path);
     for (int bf16 = 0; bf16 < 2; bf16++) {
         const double tflops = bf16 ? measure<__nv_bfloat16>(prop) : measure<__half>(prop);
         const char *dtype = bf16 ? "bf16" : "fp16";
         printf("wgmma m64n256k16 %s -> f32: %.1f TFLOP/s  (%s, %d SMs x %d warpgroups, median of %d runs)\n", dtype,
-               tflops, prop.name, prop.multiProcessorCount, WARPGROUPS, RUNS);
+               tflops, prop.name, prop.multiProcessorCount, WARPGROUPS, PROBE_RUNS);
         if (csv) fprintf(csv, "wgmma_m64n256k16,%s,%s,%s,%.1f\n", prop.name, date, dtype, tflops);
     }
     if (csv) fclose(csv);
