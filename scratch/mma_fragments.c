@@ -16,42 +16,12 @@ static const char usage[] =
 
 typedef enum { TILE_A, TILE_B, TILE_C, TILE_P, TILE_ALL } tile_kind;
 
-/* Inverse maps: owner[row][col] = lane * 8 + reg * 2 + half (-1 if unowned);
- * filled from the forward formulas, so a collision shows as a failed bijection. */
-enum { OWNER_NONE = -1 };
-
-typedef struct {
-    int rows, cols;
-    int owner[MMA_K][MMA_K];
-    int collisions;
-} owner_map;
+/* The inverse maps (owner_grid, tool.h) of this program hold lane * 8 + reg * 2 + half. */
+typedef owner_grid owner_map;
 
 static int owner_code(int lane, int reg, int half) { return (lane * MMA_A_REGS + reg) * HALVES + half; }
 static int owner_lane(int code) { return code / (MMA_A_REGS * HALVES); }
 static int owner_reg(int code) { return code / HALVES % MMA_A_REGS; }
-
-static void owner_init(owner_map *m, int rows, int cols)
-{
-    m->rows = rows, m->cols = cols, m->collisions = 0;
-    for (int r = 0; r < MMA_K; r++)
-        for (int c = 0; c < MMA_K; c++) m->owner[r][c] = OWNER_NONE;
-}
-
-static void owner_put(owner_map *m, tile_coord at, int code)
-{
-    if (at.row < 0 || at.row >= m->rows || at.col < 0 || at.col >= m->cols || m->owner[at.row][at.col] != OWNER_NONE)
-        m->collisions++;
-    else m->owner[at.row][at.col] = code;
-}
-
-static int owner_complete(const owner_map *m)
-{
-    if (m->collisions) return 0;
-    for (int r = 0; r < m->rows; r++)
-        for (int c = 0; c < m->cols; c++)
-            if (m->owner[r][c] == OWNER_NONE) return 0;
-    return 1;
-}
 
 /* kind: TILE_A, TILE_B or TILE_C (C uses half 0 only: one fp32 per register) */
 static void owner_build(owner_map *m, tile_kind kind)
@@ -65,7 +35,7 @@ static void owner_build(owner_map *m, tile_kind kind)
                 tile_coord at = kind == TILE_A ? mma_a_coord(lane, reg, half)
                               : kind == TILE_B ? mma_b_coord(lane, reg, half)
                                                : mma_c_coord(lane, reg);
-                owner_put(m, at, owner_code(lane, reg, half));
+                owner_put(m, at.row, at.col, owner_code(lane, reg, half));
             }
 }
 

@@ -199,4 +199,41 @@ static inline void print_grid(const grid_shape *g, grid_cell_fn fn, const void *
     }
 }
 
+/* ---- inverse maps, for the bijection checks of the fragment programs ---- */
+
+/* owner[row][col] = a code for who holds the element (each program has its own),
+ * OWNER_NONE where nobody does. Filled from the forward formulas: a second claim on
+ * an element, or a claim outside rows x cols, counts as a collision, so a map that
+ * is not a bijection fails owner_complete. Sized for the largest tile, wgmma's
+ * 64 x 256 accumulator. */
+enum { OWNER_NONE = -1, OWNER_MAX_ROWS = 64, OWNER_MAX_COLS = 256 };
+
+typedef struct {
+    int rows, cols, collisions;
+    int owner[OWNER_MAX_ROWS][OWNER_MAX_COLS];
+} owner_grid;
+
+static inline void owner_init(owner_grid *g, int rows, int cols)
+{
+    g->rows = rows, g->cols = cols, g->collisions = 0;
+    for (int r = 0; r < rows; r++)
+        for (int c = 0; c < cols; c++) g->owner[r][c] = OWNER_NONE;
+}
+
+static inline void owner_put(owner_grid *g, int row, int col, int code)
+{
+    if (row < 0 || row >= g->rows || col < 0 || col >= g->cols || g->owner[row][col] != OWNER_NONE) g->collisions++;
+    else g->owner[row][col] = code;
+}
+
+/* Every element of rows x cols claimed exactly once. */
+static inline int owner_complete(const owner_grid *g)
+{
+    if (g->collisions) return 0;
+    for (int r = 0; r < g->rows; r++)
+        for (int c = 0; c < g->cols; c++)
+            if (g->owner[r][c] == OWNER_NONE) return 0;
+    return 1;
+}
+
 #endif /* SCRATCH_TOOL_H */

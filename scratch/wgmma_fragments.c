@@ -19,15 +19,14 @@ static const char usage[] =
 
 typedef enum { TILE_D, TILE_A, TILE_P, TILE_ALL } tile_kind;
 
-/* Inverse maps: owner[row][col] = (thread * regs + reg) * halves + half (-1 if
- * unowned), thread = 32 warp + lane; filled from the forward formulas, so a
- * collision shows as a failed bijection. */
-enum { OWNER_NONE = -1, N_CHOICES = 3 };
+/* The inverse maps (owner_grid, tool.h) of this program hold (thread * regs + reg) *
+ * halves + half, thread = 32 warp + lane. */
+enum { N_CHOICES = 3 };
+_Static_assert(WG_M <= OWNER_MAX_ROWS && WG_N_MAX <= OWNER_MAX_COLS, "owner_grid holds the largest D tile, 64 x 256");
 
 typedef struct {
-    int rows, cols, regs, halves;
-    int owner[WG_M][WG_N_MAX];
-    int collisions;
+    owner_grid grid;
+    int regs, halves;  /* per thread: N / 2 and 1 for D, 4 and 2 for A */
 } owner_map;
 
 static int n_choice(int index) { return WG_M << index; } /* --n: 64, 128, 256 */
@@ -35,37 +34,18 @@ static int n_choice(int index) { return WG_M << index; } /* --n: 64, 128, 256 */
 static int owner_thread(const owner_map *m, int code) { return code / m->halves / m->regs; }
 static int owner_reg(const owner_map *m, int code) { return code / m->halves % m->regs; }
 
-static void owner_put(owner_map *m, tile_coord at, int code)
-{
-    if (at.row < 0 || at.row >= m->rows || at.col < 0 || at.col >= m->cols || m->owner[at.row][at.col] != OWNER_NONE)
-        m->collisions++;
-    else m->owner[at.row][at.col] = code;
-}
-
-static int owner_complete(const owner_map *m)
-{
-    if (m->collisions) return 0;
-    for (int r = 0; r < m->rows; r++)
-        for (int c = 0; c < m->cols; c++)
-            if (m->owner[r][c] == OWNER_NONE) return 0;
-    return 1;
-}
-
 /* kind: TILE_D (n columns, half 0 only: one fp32 per register) or TILE_A */
 static void owner_build(owner_map *m, tile_kind kind, int n)
 {
-    m->rows = WG_M, m->collisions = 0;
-    m->cols = kind == TILE_D ? n : WG_K;
+    owner_init(&m->grid, WG_M, kind == TILE_D ? n : WG_K);
     m->regs = kind == TILE_D ? wgmma_d_regs(n) : WG_A_REGS;
     m->halves = kind == TILE_D ? 1 : HALVES;
-    for (int r = 0; r < WG_M; r++)
-        for (int c = 0; c < WG_N_MAX; c++) m->owner[r][c] = OWNER_NONE;
     for (int thread = 0; thread < WG_THREADS; thread++)
         for (int reg = 0; reg < m->regs; reg++)
             for (int half = 0; half < m->halves; half++) {
                 int warp = wgmma_warp(thread), lane = thread % WARP_SIZE;
                 tile_coord at = kind == TILE_D ? wgmma_d_coord(warp, lane, reg) : wgmma_a_coord(warp, lane, reg, half);
-                owner_put(m, at, (thread * m->regs + reg) * m->halves + half);
+                owner_put(&m->grid, at.row, at.col, (thread * m->regs + reg) * m->halves + half);
             }
 }
 
@@ -78,7 +58,7 @@ typedef struct {
 static void owner_cell(int row, int col, const void *ctx, grid_cell *cell)
 {
     const owner_view *v = ctx;
-    int code = v->map->owner[row][col], thread = owner_thread(v->map, code);
+    int code = v->map->grid.owner[row][col], thread = owner_thread(v->map, code);
     snprintf(cell->text, sizeof cell->text, "%d:%c%d", thread % WARP_SIZE, v->reg_letter, owner_reg(v->map, code));
     cell->colour = wgmma_warp(thread);
 }
@@ -144,7 +124,7 @@ typedef struct {
 static void s_to_p_cell(int row, int col, const void *ctx, grid_cell *cell)
 {
     const s_to_p_maps *m = ctx;
-    int d_code = m->d.owner[row][col], a_code = m->a.owner[row][col];
+    int d_code = m->d.grid.owner[row][col], a_code = m->a.grid.owner[row][col];
     int d_reg = owner_reg(&m->d, d_code), a_reg = a_code / HALVES % WG_A_REGS, a_half = a_code % HALVES;
     if (owner_thread(&m->d, d_code) == owner_thread(&m->a, a_code) && wgmma_p_source_reg(0, a_reg, a_half) == d_reg)
         snprintf(cell->text, sizeof cell->text, "d%d>a%d", d_reg, a_reg);
@@ -208,11 +188,11 @@ static void run_checks(void)
         owner_build(&map, TILE_D, n);
         snprintf(name, sizeof name, "wgmma D 64x%d accumulator: (warp, lane, reg) -> element is a bijection, 128 threads x %d regs",
                  n, wgmma_d_regs(n));
-        check(owner_complete(&map), name, "%d collisions or elements out of the tile", map.collisions);
+        check(owner_complete(&map.grid), name, "%d collisions or elements out of the tile", map.grid.collisions);
     }
     owner_build(&map, TILE_A, 0);
-    check(owner_complete(&map), "wgmma register A 64x16: (warp, lane, reg, half) -> element is a bijection, 128 threads x 4 regs x 2 halves",
-          "%d collisions or elements out of the tile", map.collisions);
+    check(owner_complete(&map.grid), "wgmma register A 64x16: (warp, lane, reg, half) -> element is a bijection, 128 threads x 4 regs x 2 halves",
+          "%d collisions or elements out of the tile", map.grid.collisions);
     /* warp w owns rows 16w..16w+15, and a D row stays in one quad: what step 07's
      * row0 = 16 warp + g and its quad shuffles (xor 1, 2) of the softmax rely on */
     int warp_rows = 1, quad_rows = 1;
