@@ -380,21 +380,19 @@ __device__ __forceinline__ void produce(const CUtensorMap *q_map, const CUtensor
     // K and V tiles through the stages. Before refilling stage s the producer waits
     // for the consumers to release the tile that was there, STAGES tiles back
     // (empty phase n / STAGES - 1 of that stage).
+    auto load_tile = [&](uint32_t tile_smem, const CUtensorMap *map, uint32_t full, uint32_t empty, int n,
+                         uint32_t empty_parity) {
+        if (n >= C::STAGES) mbarrier_wait(empty, empty_parity);
+        mbarrier_arrive_expect_tx(full, L::KV_STAGE_BYTES);
+#pragma unroll
+        for (int slab = 0; slab < D / SLAB_COLS; slab++)
+            tma_load(tile_smem + slab * L::KV_SLAB_BYTES, map, full, slab * SLAB_COLS, n * C::BLOCK_N, w.h_kv, w.b);
+    };
     for (int n = 0; n < w.n_blocks; n++) {
         const int stage = n % C::STAGES;
         const uint32_t empty_parity = (n / C::STAGES + 1) & 1, stage_off = stage * L::KV_STAGE_BYTES;
-        if (n >= C::STAGES) mbarrier_wait(bars.k_empty(stage), empty_parity);
-        mbarrier_arrive_expect_tx(bars.k_full(stage), L::KV_STAGE_BYTES);
-#pragma unroll
-        for (int slab = 0; slab < D / SLAB_COLS; slab++)
-            tma_load(smem + L::K + stage_off + slab * L::KV_SLAB_BYTES, k_map, bars.k_full(stage), slab * SLAB_COLS,
-                     n * C::BLOCK_N, w.h_kv, w.b);
-        if (n >= C::STAGES) mbarrier_wait(bars.v_empty(stage), empty_parity);
-        mbarrier_arrive_expect_tx(bars.v_full(stage), L::KV_STAGE_BYTES);
-#pragma unroll
-        for (int slab = 0; slab < D / SLAB_COLS; slab++)
-            tma_load(smem + L::V + stage_off + slab * L::KV_SLAB_BYTES, v_map, bars.v_full(stage), slab * SLAB_COLS,
-                     n * C::BLOCK_N, w.h_kv, w.b);
+        load_tile(smem + L::K + stage_off, k_map, bars.k_full(stage), bars.k_empty(stage), n, empty_parity);
+        load_tile(smem + L::V + stage_off, v_map, bars.v_full(stage), bars.v_empty(stage), n, empty_parity);
     }
 }
 
