@@ -136,19 +136,23 @@ plots: $(PLOT_PYTHON:.venv/bin/python=.venv/bin/python)
 .PHONY: reference-programs
 reference-programs: $(REFERENCE_TARGETS)
 
-TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_checker $(BUILD)/tests/gpu_matrix
+TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_checker $(BUILD)/tests/test_abi $(BUILD)/tests/gpu_matrix
 .PHONY: test-programs
 test-programs: $(TEST_PROGRAMS)
 
-$(BUILD)/tests/test_cpu: tests/test_cpu.c $(BUILD)/step00/kernel.o $(HARNESS_O) common/*.h
+$(BUILD)/tests/test_cpu: tests/test_cpu.c $(BUILD)/step00/kernel.o $(HARNESS_O) common/*.h tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/step00/kernel.o $(HARNESS_O) $(CUDA_LIBS) -o $@
 
-$(BUILD)/tests/test_checker: tests/test_checker.c $(HARNESS_O) common/*.h
+$(BUILD)/tests/test_checker: tests/test_checker.c $(HARNESS_O) common/*.h tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
 
-$(BUILD)/tests/gpu_matrix: tests/gpu_matrix.c $(HARNESS_O) common/*.h
+$(BUILD)/tests/test_abi: tests/test_abi.c $(HARNESS_O) common/*.h tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
+
+$(BUILD)/tests/gpu_matrix: tests/gpu_matrix.c $(HARNESS_O) common/*.h tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
 

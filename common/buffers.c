@@ -22,9 +22,8 @@ void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu)
         run->o = fa2_device_alloc(nq);
         run->lse = fa2_device_alloc(nlse);
     } else {
-        run->o = malloc(nq);
-        run->lse = malloc(nlse);
-        if (!run->o || !run->lse) abort();
+        run->o = fa2_xmalloc(nq, "O");
+        run->lse = fa2_xmalloc(nlse, "LSE");
     }
     fa2_buffers_poison(run, on_gpu);
 }
@@ -36,7 +35,7 @@ void fa2_buffers_poison(fa2_params *run, int on_gpu)
         fa2_device_poison(run->o, nq);
         fa2_device_poison(run->lse, nlse);
     } else {
-        memset(run->o, 0xff, nq); /* all bits set: NaN in fp16, bf16 and fp32 */
+        memset(run->o, 0xff, nq); /* FA2_POISON16 / FA2_POISON32 in every element */
         memset(run->lse, 0xff, nlse);
     }
 }
@@ -76,13 +75,11 @@ fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const
     fa2_row_set rs;
     if (mode == CHECK_FULL) fa2_rows_all(&rs, &pr->p);
     else fa2_rows_sample(&rs, &pr->p);
-    double *o_ref = malloc(sizeof(double) * (size_t)rs.n * pr->p.head_dim);
-    double *lse_ref = malloc(sizeof(double) * (size_t)rs.n);
-    if (!o_ref || !lse_ref) abort();
-    fa2_reference_rows(pr, &rs, o_ref, lse_ref);
-    fa2_check_result chk = fa2_check(&pr->p, &rs, o_host, lse_host, o_ref, lse_ref);
-    free(o_ref);
-    free(lse_ref);
+    fa2_reference ref;
+    fa2_reference_alloc(&ref, &rs, pr->p.head_dim);
+    fa2_reference_rows(pr, &rs, &ref);
+    fa2_check_result chk = fa2_check(&pr->p, &rs, o_host, lse_host, &ref);
+    fa2_reference_free(&ref);
     fa2_rows_free(&rs);
     return chk;
 }

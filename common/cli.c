@@ -9,28 +9,29 @@
 
 #include "harness.h"
 
-#define MAX_TENSOR_ELEMS (1LL << 31) /* keeps every index in the kernels within int64 and memory sane */
-
 static const char *usage_text =
     "usage: fa2 [options]   (one FlashAttention-2 forward: check against fp64, then time)\n"
     "  --batch N          batch size                                (default 2)\n"
     "  --heads N          query heads                               (default 8)\n"
     "  --kv-heads N       key/value heads, a divisor of --heads (GQA) (default = --heads)\n"
     "  --seqlen N         sets --seqlen-q and --seqlen-k            (default 1024)\n"
-    "  --seqlen-q N       query rows\n"
-    "  --seqlen-k N       key rows\n"
+    "  --seqlen-q N       query rows (instead of --seqlen)\n"
+    "  --seqlen-k N       key rows (instead of --seqlen)\n"
     "  --dim N            head dimension                            (default 128)\n"
     "  --causal           bottom-right causal mask, as FlashAttention-2\n"
     "  --dtype T          fp16 | bf16                               (default fp16)\n"
     "  --seed N           input seed                                (default 1)\n"
-    "  --scale X          input scale; larger makes the softmax peaky (default 1)\n"
+    "  --scale X          scales Q and K; larger makes the softmax peaky (default 1)\n"
     "  --warmup N         untimed launches                          (default 10 GPU, 0 CPU)\n"
     "  --iters N          timed launches, median reported           (default 100 GPU, 3 CPU)\n"
     "  --check M          full | sample | off                       (default sample:\n"
     "                     every row of small problems, a spread of rows of large ones)\n"
-    "  --csv FILE         append one result row to FILE\n"
+    "  --csv FILE         append one result row to FILE (opened before any work)\n"
     "  --help             this text\n"
-    "exit codes: 0 pass, 1 check failed, 2 bad input or unsupported params, 3 no usable GPU\n";
+    "Each flag may be given once. Bad input gets one line on stderr naming the flag,\n"
+    "the value and what is allowed.\n"
+    "exit codes: 0 pass; 1 check failed; 2 bad input or params the step refuses;\n"
+    "  3 no usable GPU; 4 a host allocation or a CUDA call failed (the reason is printed)\n";
 
 static void die_usage(const char *flag, const char *value, const char *allowed)
 {
@@ -66,7 +67,7 @@ const char *fa2_dtype_name(fa2_dtype t) { return t == FA2_BF16 ? "bf16" : "fp16"
 
 void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
 {
-    int heads_kv = -1, seqlen = 1024, seqlen_q = -1, seqlen_k = -1, warmup = -1, iters = -1;
+    int heads_kv = -1, seqlen = 1024, seqlen_q = -1, seqlen_k = -1, warmup = -1, iters = -1, given_seqlen = 0;
     memset(opt, 0, sizeof *opt);
     opt->batch = 2;
     opt->heads_q = 8;
@@ -76,6 +77,11 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
     opt->input_scale = 1.0f;
     opt->check = CHECK_SAMPLE;
 
+    static const char *const with_value[] = {"--batch", "--heads", "--kv-heads", "--seqlen", "--seqlen-q",
+                                             "--seqlen-k", "--dim", "--dtype", "--seed", "--scale",
+                                             "--warmup", "--iters", "--check", "--csv"};
+    enum { N_FLAGS = sizeof with_value / sizeof *with_value };
+    const char *given[N_FLAGS] = {0}; /* the value each flag was given, to refuse a second one */
     for (int i = 1; i < argc; i++) {
         char flag[64];
         const char *arg = argv[i], *val = NULL, *eq = strchr(arg, '=');
@@ -89,23 +95,28 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
         if (!strcmp(flag, "--help")) { fputs(usage_text, stdout); exit(0); }
         if (!strcmp(flag, "--causal")) {
             if (val) die_usage("--causal", val, "no value: --causal alone turns the mask on");
+            if (opt->causal) die_usage("--causal", "--causal", "each flag once");
             opt->causal = 1;
             continue;
         }
-        static const char *const with_value[] = {"--batch", "--heads", "--kv-heads", "--seqlen", "--seqlen-q",
-                                                 "--seqlen-k", "--dim", "--dtype", "--seed", "--scale",
-                                                 "--warmup", "--iters", "--check", "--csv"};
-        int known = 0;
-        for (size_t j = 0; j < sizeof with_value / sizeof *with_value; j++) known |= !strcmp(flag, with_value[j]);
-        if (!known) die_usage("option", flag, "the options listed by --help");
+        int known = -1;
+        for (int j = 0; j < N_FLAGS; j++)
+            if (!strcmp(flag, with_value[j])) known = j;
+        if (known < 0) die_usage("option", flag, "the options listed by --help");
         if (!val) {
             if (i + 1 >= argc) die_usage(flag, "", "a value after the flag");
             val = argv[++i];
         }
+        if (given[known]) {
+            char allowed[160];
+            snprintf(allowed, sizeof allowed, "each flag once; it was already given '%.100s'", given[known]);
+            die_usage(flag, val, allowed);
+        }
+        given[known] = val;
         if (!strcmp(flag, "--batch")) opt->batch = (int)parse_int(flag, val, 1, 65535);
         else if (!strcmp(flag, "--heads")) opt->heads_q = (int)parse_int(flag, val, 1, 1024);
         else if (!strcmp(flag, "--kv-heads")) heads_kv = (int)parse_int(flag, val, 1, 1024);
-        else if (!strcmp(flag, "--seqlen")) seqlen = (int)parse_int(flag, val, 1, 1 << 20);
+        else if (!strcmp(flag, "--seqlen")) seqlen = (int)parse_int(flag, val, 1, 1 << 20), given_seqlen = 1;
         else if (!strcmp(flag, "--seqlen-q")) seqlen_q = (int)parse_int(flag, val, 1, 1 << 20);
         else if (!strcmp(flag, "--seqlen-k")) seqlen_k = (int)parse_int(flag, val, 1, 1 << 20);
         else if (!strcmp(flag, "--dim")) opt->head_dim = (int)parse_int(flag, val, 1, 512);
@@ -135,19 +146,24 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
         snprintf(allowed, sizeof allowed, "a divisor of --heads %d", opt->heads_q);
         die_usage("--kv-heads", v, allowed);
     }
+    if (given_seqlen && (seqlen_q >= 0 || seqlen_k >= 0)) {
+        char v[64];
+        snprintf(v, sizeof v, "%d with --seqlen-%s %d", seqlen, seqlen_q >= 0 ? "q" : "k",
+                 seqlen_q >= 0 ? seqlen_q : seqlen_k);
+        die_usage("--seqlen", v, "--seqlen alone, or --seqlen-q and --seqlen-k (a missing one takes the default 1024)");
+    }
     opt->seqlen_q = seqlen_q < 0 ? seqlen : seqlen_q;
     opt->seqlen_k = seqlen_k < 0 ? seqlen : seqlen_k;
     opt->warmup = warmup >= 0 ? warmup : (runs_on_gpu ? 10 : 0);
     opt->iters = iters >= 0 ? iters : (runs_on_gpu ? 100 : 3);
-
-    long long q_elems = (long long)opt->batch * opt->seqlen_q * opt->heads_q * opt->head_dim;
-    long long kv_elems = (long long)opt->batch * opt->seqlen_k * opt->heads_kv * opt->head_dim;
-    if (q_elems > MAX_TENSOR_ELEMS || kv_elems > MAX_TENSOR_ELEMS) {
-        char v[160];
-        snprintf(v, sizeof v, "batch %d x seqlen %d x heads %d x dim %d", opt->batch,
-                 q_elems > MAX_TENSOR_ELEMS ? opt->seqlen_q : opt->seqlen_k,
-                 q_elems > MAX_TENSOR_ELEMS ? opt->heads_q : opt->heads_kv, opt->head_dim);
-        die_usage("shape", v, "at most 2^31 elements per tensor");
+    if (opt->csv_path) {
+        FILE *f = fopen(opt->csv_path, "a");
+        if (!f) {
+            char allowed[160];
+            snprintf(allowed, sizeof allowed, "a file that can be opened for appending (%s)", strerror(errno));
+            die_usage("--csv", opt->csv_path, allowed);
+        }
+        opt->csv_file = f;
     }
 }
 

@@ -6,26 +6,30 @@
 #include "harness.h"
 #include "numeric.h"
 
-static uint64_t splitmix64(uint64_t *state)
+/* splitmix64: draw n of a stream is a pure function of (seed, n), so any part of
+ * a tensor can be filled on its own, in parallel, with the same values. */
+static uint64_t splitmix64_at(uint64_t seed, uint64_t n)
 {
-    uint64_t z = (*state += 0x9e3779b97f4a7c15ull);
+    uint64_t z = seed + (n + 1) * 0x9e3779b97f4a7c15ull;
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
 }
 
 /* Uniform in (0, 1]: never 0, so log() below is finite. */
-static double uniform01(uint64_t *state) { return ((splitmix64(state) >> 11) + 1) * (1.0 / 9007199254740992.0); }
+static double uniform01(uint64_t seed, uint64_t n) { return ((splitmix64_at(seed, n) >> 11) + 1) * (1.0 / 9007199254740992.0); }
 
-/* Box-Muller: independent standard normals, rounded to the dtype. Each tensor
- * gets its own stream so Q does not change when the seqlen of K does. */
+/* Box-Muller: independent standard normals, rounded to the dtype, a pair from
+ * draws 2i and 2i + 1. Each tensor gets its own stream so Q does not change when
+ * the seqlen of K does. */
 static void fill_normal(uint16_t *x, size_t n, uint64_t seed, float scale, fa2_dtype t)
 {
-    uint64_t state = seed;
-    for (size_t i = 0; i < n; i += 2) {
-        double r = sqrt(-2.0 * log(uniform01(&state))), a = 6.283185307179586 * uniform01(&state);
-        x[i] = fa2_from_float((float)(scale * r * cos(a)), t);
-        if (i + 1 < n) x[i + 1] = fa2_from_float((float)(scale * r * sin(a)), t);
+    const long long pairs = (long long)((n + 1) / 2);
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < pairs; i++) {
+        double r = sqrt(-2.0 * log(uniform01(seed, 2 * (uint64_t)i))), a = 6.283185307179586 * uniform01(seed, 2 * (uint64_t)i + 1);
+        x[2 * i] = fa2_from_float((float)(scale * r * cos(a)), t);
+        if ((size_t)(2 * i + 1) < n) x[2 * i + 1] = fa2_from_float((float)(scale * r * sin(a)), t);
     }
 }
 
@@ -39,10 +43,9 @@ void fa2_problem_make(fa2_problem *pr, const fa2_params *shape, uint64_t seed, f
     pr->p = *shape;
     fa2_set_dense_strides(&pr->p);
     size_t nq = fa2_numel_q(&pr->p), nkv = fa2_numel_kv(&pr->p);
-    pr->q = malloc(nq * sizeof(uint16_t));
-    pr->k = malloc(nkv * sizeof(uint16_t));
-    pr->v = malloc(nkv * sizeof(uint16_t));
-    if (!pr->q || !pr->k || !pr->v) abort();
+    pr->q = fa2_xmalloc(nq * sizeof(uint16_t), "Q");
+    pr->k = fa2_xmalloc(nkv * sizeof(uint16_t), "K");
+    pr->v = fa2_xmalloc(nkv * sizeof(uint16_t), "V");
     fill_normal(pr->q, nq, seed * 3 + 0x51, scale, pr->p.dtype);
     fill_normal(pr->k, nkv, seed * 3 + 0x4b, scale, pr->p.dtype);
     fill_normal(pr->v, nkv, seed * 3 + 0x56, 1.0f, pr->p.dtype); /* V stays O(1): scale shapes the softmax only */

@@ -11,7 +11,7 @@ int fa2_device_open(fa2_device_info *info, const char *step_name)
     int count = 0;
     cudaError_t err = cudaGetDeviceCount(&count);
     if (err != cudaSuccess || count == 0) {
-        fprintf(stderr, "error: no CUDA GPU found (%s): %s needs an sm_80 or newer GPU; step 00 runs on the CPU\n",
+        fprintf(stderr, "error: no CUDA GPU found (%s): %s runs on a GPU; step 00 runs on the CPU\n",
                 err != cudaSuccess ? cudaGetErrorString(err) : "0 devices", step_name);
         return FA2_EXIT_NO_DEVICE;
     }
@@ -31,6 +31,13 @@ int fa2_device_open(fa2_device_info *info, const char *step_name)
     return 0;
 }
 
+size_t fa2_device_free_bytes(void)
+{
+    size_t free_bytes = 0, total = 0;
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    return free_bytes;
+}
+
 void *fa2_device_alloc(size_t bytes)
 {
     void *ptr = NULL;
@@ -44,14 +51,28 @@ void fa2_device_download(void *dst, const void *src, size_t bytes) { CUDA_CHECK(
 void fa2_device_poison(void *ptr, size_t bytes) { CUDA_CHECK(cudaMemset(ptr, 0xff, bytes)); }
 void fa2_device_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
+void *fa2_stream_create(void)
+{
+    cudaStream_t stream;
+    CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    return stream;
+}
+
+void fa2_stream_destroy(void *stream) { CUDA_CHECK(cudaStreamDestroy((cudaStream_t)stream)); }
+
+void fa2_stream_download(void *dst, const void *src, size_t bytes, void *stream)
+{
+    CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, (cudaStream_t)stream));
+    CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
+}
+
 int fa2_time_gpu(int (*forward)(const fa2_params *, void *), const fa2_params *p, const fa2_device_info *dev,
                  int warmup, int iters, double *ms_out)
 {
     size_t flush_bytes = 2 * (dev->l2_bytes ? dev->l2_bytes : (64u << 20));
     void *flush = fa2_device_alloc(flush_bytes);
-    cudaEvent_t *start = malloc(sizeof(cudaEvent_t) * (size_t)iters);
-    cudaEvent_t *stop = malloc(sizeof(cudaEvent_t) * (size_t)iters);
-    if (!start || !stop) abort();
+    cudaEvent_t *start = fa2_xmalloc(sizeof(cudaEvent_t) * (size_t)iters, "timing events");
+    cudaEvent_t *stop = fa2_xmalloc(sizeof(cudaEvent_t) * (size_t)iters, "timing events");
     for (int i = 0; i < iters; i++) {
         CUDA_CHECK(cudaEventCreate(&start[i]));
         CUDA_CHECK(cudaEventCreate(&stop[i]));

@@ -16,6 +16,24 @@
  *   causal: query row i sees key j iff j <= i + seqlen_k - seqlen_q (bottom-right
  *   aligned, as FA2). A row that sees no key writes O = 0 and LSE = -inf.
  *   LSE is the natural-log logsumexp of the scaled scores of the row.
+ *
+ * Non-finite input follows IEEE arithmetic, as the fp64 reference of the harness
+ * and torch's math backend do: a NaN in row i of Q makes row i of O and LSE[i]
+ * NaN; a NaN in row j of K makes NaN of the O row and LSE of every query row
+ * that sees key j; a NaN in V[j][c] makes O[i][c] NaN for every row i that sees
+ * key j. A row that saw keys never gets a silent 0 or -inf. One addition, which
+ * the tensor cores impose: a key hidden from some rows by the causal mask still
+ * enters P V with weight 0 when it shares a key tile with keys those rows see,
+ * and 0 x NaN = NaN, so a NaN in V may also reach rows of that tile that do not
+ * see its key (torch's math backend multiplies every key's weight by V too).
+ *
+ * What every step refuses (fa2_supports says why in one line; fa2_forward then
+ * returns FA2_ERR_UNSUPPORTED and touches no memory): a softmax_scale that is not
+ * finite and > 0; a stride < 1; an O whose strides make two elements share an
+ * address (two threads would race to write it); base pointers not aligned to
+ * their element (2 bytes, LSE 4); a seqlen over 2^30 or a tensor whose largest
+ * element offset overflows 2^62 bytes. Steps refuse more where their kernel
+ * needs it (head dims, 16-byte alignment of bases and strides, grid limits).
  */
 #ifndef FA2_H
 #define FA2_H
@@ -53,7 +71,7 @@ typedef struct {
 enum {
     FA2_OK = 0,
     FA2_ERR_UNSUPPORTED = 1, /* fa2_supports() says no; nothing was computed */
-    FA2_ERR_LAUNCH = 2,      /* the CUDA launch or a CUDA call failed */
+    FA2_ERR_LAUNCH = 2,      /* the CUDA launch or a CUDA call failed: fa2_last_error() says which and why */
 };
 
 /* Runs the forward pass. For a GPU step all pointers are device pointers and
@@ -64,6 +82,17 @@ int fa2_forward(const fa2_params *p, void *stream);
 /* 1 if the step can compute these params; otherwise 0, and a one-line reason in
  * words is written to why (if why != NULL). */
 int fa2_supports(const fa2_params *p, char *why, size_t why_len);
+
+/* The tile configuration fa2_forward would launch for these params on the
+ * current GPU: its index (0 .. fa2_config_count() - 1), and in words (tiles,
+ * warps, blocks) in what. -1, with the reason in what, when the step does not
+ * support the params or no GPU answers (a choice may depend on its SM count). */
+int fa2_config(const fa2_params *p, char *what, size_t what_len);
+int fa2_config_count(void); /* how many configurations the step can choose from */
+
+/* After fa2_forward returned FA2_ERR_LAUNCH: the CUDA call that failed and the
+ * runtime's reason ("cudaFuncSetAttribute: no kernel image is available ..."). */
+const char *fa2_last_error(void);
 
 const char *fa2_name(void);       /* e.g. "04_ldmatrix" */
 const char *fa2_key_change(void); /* one line: what this step adds */

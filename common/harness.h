@@ -6,7 +6,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "exit_codes.h"
 #include "fa2.h"
+#include "validate.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,19 +22,17 @@ typedef struct {
     int causal;
     fa2_dtype dtype;
     uint64_t seed;
-    float input_scale; /* multiplies the N(0,1) inputs; > 1 makes the softmax peaky */
+    float input_scale; /* multiplies the N(0,1) Q and K; > 1 makes the softmax peaky */
     int warmup, iters;
     check_mode check;
     const char *csv_path; /* NULL: no CSV */
+    void *csv_file;       /* FILE *, opened for appending while the options are parsed */
 } fa2_options;
 
-/* Exit code for bad input (a flag, a value, or params the step refuses). */
-#define FA2_EXIT_USAGE 2
-/* Exit code when the machine cannot run the step (no GPU, GPU below sm_80). */
-#define FA2_EXIT_NO_DEVICE 3
-
 /* Parses argv. On bad input prints one line (flag, value, what is allowed) to
- * stderr and exits with FA2_EXIT_USAGE; --help prints usage and exits 0. */
+ * stderr and exits with FA2_EXIT_USAGE; --help prints usage and exits 0. The
+ * --csv file is opened here, so a path that cannot be written stops the run
+ * before any work. */
 void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt);
 void fa2_params_from_options(const fa2_options *opt, fa2_params *p);
 const char *fa2_dtype_name(fa2_dtype t);
@@ -43,7 +43,10 @@ typedef struct {
     uint16_t *q, *k, *v; /* dense [batch, seqlen, heads, head_dim], rounded to dtype */
 } fa2_problem;
 
-/* Deterministic N(0, scale^2) inputs rounded to the dtype. */
+/* malloc, or one line naming what could not be allocated and exit FA2_EXIT_RUNTIME. */
+void *fa2_xmalloc(size_t bytes, const char *what);
+
+/* Deterministic inputs rounded to the dtype: Q and K from N(0, scale^2), V from N(0, 1). */
 void fa2_problem_make(fa2_problem *pr, const fa2_params *shape, uint64_t seed, float scale);
 void fa2_problem_free(fa2_problem *pr);
 size_t fa2_numel_q(const fa2_params *p);
@@ -66,25 +69,55 @@ void fa2_rows_all(fa2_row_set *rs, const fa2_params *p);
 void fa2_rows_sample(fa2_row_set *rs, const fa2_params *p);
 void fa2_rows_free(fa2_row_set *rs);
 
-/* fp64 reference of the chosen rows: o_ref [rs.n, head_dim], lse_ref [rs.n]. */
-void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, double *o_ref, double *lse_ref);
+/* The fp64 reference of the chosen rows, in IEEE arithmetic (a NaN input gives
+ * NaN wherever it reaches, fa2.h). */
+typedef struct {
+    double *o;         /* [rows, head_dim] */
+    double *lse;       /* [rows]; -inf for a row that sees no key */
+    double *score_mag; /* [rows]: max over the row's visible keys j of scale * sum_c |q_c k_jc|,
+                          the size that bounds the fp32 rounding error of any of its scores */
+    double *o_spread;  /* [rows, head_dim]: sum_j P_j |V_jc - O_c|, how far O_c moves when the
+                          weights P_j change by a factor: by at most 2 e o_spread for exp(+-e) */
+} fa2_reference;
+
+void fa2_reference_alloc(fa2_reference *ref, const fa2_row_set *rs, int head_dim);
+void fa2_reference_free(fa2_reference *ref);
+void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, fa2_reference *ref);
+
+/* The bit pattern O and LSE are filled with before a run: all bits set, a NaN in
+ * fp16, bf16 and fp32 that no arithmetic produces (a computed NaN has the sign bit
+ * clear), so an element still holding it was never written. */
+#define FA2_POISON16 0xffffu
+#define FA2_POISON32 0xffffffffu
 
 typedef struct {
-    double rel_l2;     /* ||o - ref|| / ||ref|| over the checked rows */
+    double rel_l2;     /* ||o - ref|| / ||ref|| over the checked rows (finite reference entries) */
     double max_abs;    /* max |o - ref| */
-    double lse_max;    /* max |lse - lse_ref| (inf where exactly one is -inf) */
-    long nonfinite;    /* o entries that are NaN/inf (e.g. never written) */
+    double o_worst;    /* max of |o - ref| / that element's tolerance: <= 1 passes */
+    double lse_max;    /* max |lse - lse_ref| over the rows with a finite reference */
+    double lse_worst;  /* max of |lse - lse_ref| / that row's tolerance: <= 1 passes */
+    long nonfinite;    /* o or lse entries that are NaN/inf where the reference is finite */
+    long special_missed; /* entries where the reference is NaN (or LSE -inf) and the output is not */
+    long unwritten;    /* checked o entries still holding the poison */
     int rows_checked;
     int pass;
 } fa2_check_result;
 
-typedef struct { double rel_l2, max_abs, lse; } fa2_tolerance;
+/* Tolerances (check.c says why). With e = score_rel * score_mag, the bound on the
+ * row's score errors: |O error| <= max_abs + 2 e o_spread per element, the L2
+ * error of O over all checked rows <= rel_l2, |LSE error| <= lse_abs + e. */
+typedef struct { double rel_l2, max_abs, lse_abs, score_rel; } fa2_tolerance;
 fa2_tolerance fa2_tolerance_for(fa2_dtype t);
 
-/* Compares host copies of o ([batch, seqlen_q, heads_q, head_dim], dense) and
- * lse ([batch, heads_q, seqlen_q]) with the reference of the rows in rs. */
+/* Compares host copies of o (element (b, i, h, c) at o[b * o_batch_stride +
+ * i * o_row_stride + h * o_head_stride + c], p's o strides) and lse ([batch,
+ * heads_q, seqlen_q], or NULL: not checked) with the reference of the rows in rs. */
 fa2_check_result fa2_check(const fa2_params *p, const fa2_row_set *rs, const uint16_t *o, const float *lse,
-                           const double *o_ref, const double *lse_ref);
+                           const fa2_reference *ref);
+
+/* Elements of O (every one, by p's o strides) and of lse (if not NULL) that still
+ * hold the poison: never written. */
+long fa2_count_unwritten(const fa2_params *p, const uint16_t *o, const float *lse);
 
 /* ---- the buffers of one call (buffers.c) ---- */
 /* run = pr->p with q, k, v copied to the GPU (on_gpu) or left on the host, and
@@ -94,7 +127,8 @@ void fa2_buffers_poison(fa2_params *run, int on_gpu);
 /* Waits for the step and copies O and LSE to the host. */
 void fa2_buffers_fetch(const fa2_params *run, int on_gpu, uint16_t *o_host, float *lse_host);
 void fa2_buffers_free(fa2_params *run, int on_gpu);
-/* The rows of `mode` (full or sample), their fp64 reference, and the check. */
+/* The rows of `mode` (full or sample), their fp64 reference, and the check;
+ * o_host and lse_host are dense. */
 fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const uint16_t *o_host,
                                    const float *lse_host);
 
@@ -106,14 +140,22 @@ typedef struct {
 } fa2_device_info;
 
 /* 0 and fills info when a CUDA GPU of sm_80 or newer is usable; otherwise prints
- * one line to stderr naming what is missing and returns FA2_EXIT_NO_DEVICE. */
+ * one line to stderr naming what is missing and returns FA2_EXIT_NO_DEVICE.
+ * Every other failed CUDA call of the harness prints the call and the runtime's
+ * reason in one line and exits with FA2_EXIT_RUNTIME. */
 int fa2_device_open(fa2_device_info *info, const char *step_name);
+size_t fa2_device_free_bytes(void);
 void *fa2_device_alloc(size_t bytes);
 void fa2_device_free(void *ptr);
 void fa2_device_upload(void *dst, const void *src, size_t bytes);
 void fa2_device_download(void *dst, const void *src, size_t bytes);
 void fa2_device_poison(void *ptr, size_t bytes); /* all bits set: NaN in fp16, bf16 and fp32 */
 void fa2_device_sync(void);
+/* A stream that does not synchronise with the default stream (cudaStreamNonBlocking). */
+void *fa2_stream_create(void);
+void fa2_stream_destroy(void *stream);
+/* Copies device -> host in the stream's order, then waits for the stream. */
+void fa2_stream_download(void *dst, const void *src, size_t bytes, void *stream);
 
 /* Times `iters` launches of forward(p) after `warmup` untimed ones. Before each
  * timed launch a buffer twice the size of L2 is written, so inputs come from
@@ -127,7 +169,6 @@ typedef struct { double median, min, max; } fa2_stats;
 fa2_stats fa2_stats_of(double *ms, int n); /* sorts ms in place */
 double fa2_wall_ms(void);
 void fa2_today(char *buf, size_t len); /* YYYY-MM-DD */
-int fa2_validate_params(const fa2_params *p, char *why, size_t why_len); /* checks every step shares */
 
 #ifdef __cplusplus
 }

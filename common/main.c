@@ -1,10 +1,11 @@
 /* main.c - the harness binary: one step, one shape. Checks the step against the
  * fp64 reference (output and LSE poisoned with NaN first), then times it and
- * prints one line (and one CSV row with --csv). */
+ * prints one line (and one CSV row with --csv). Exit codes: exit_codes.h. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 
@@ -12,14 +13,9 @@
     "step,device,date,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal," \
     "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status\n"
 
-static void write_csv(const char *path, const fa2_params *p, const char *device, fa2_stats t, double tflops,
+static void write_csv(FILE *f, const fa2_params *p, const char *device, fa2_stats t, double tflops,
                       const fa2_check_result *c, const char *status)
 {
-    FILE *f = fopen(path, "a");
-    if (!f) {
-        fprintf(stderr, "error: --csv: cannot open '%s' for appending\n", path);
-        exit(FA2_EXIT_USAGE);
-    }
     char date[16];
     fa2_today(date, sizeof date);
     if (ftell(f) == 0) fputs(CSV_HEADER, f);
@@ -27,7 +23,37 @@ static void write_csv(const char *path, const fa2_params *p, const char *device,
             fa2_dtype_name(p->dtype), p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim,
             p->causal, t.median, t.min, t.max, tflops, c ? c->rel_l2 : NAN, c ? c->max_abs : NAN,
             c ? c->lse_max : NAN, status);
-    fclose(f);
+}
+
+/* Distinct, aligned stand-ins for q, k, v, o and lse, laid out one after the
+ * other as the dense buffers will be, so the step can answer before anything is
+ * allocated (it reads no memory through them). */
+static void stand_in_pointers(fa2_params *p)
+{
+    uintptr_t at = 4096;
+    const size_t bytes[5] = {fa2_numel_q(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_q(p) * 2,
+                             fa2_numel_lse(p) * sizeof(float)};
+    void *ptrs[5];
+    for (int i = 0; i < 5; i++) {
+        ptrs[i] = (void *)at;
+        at += (bytes[i] + 4095) / 4096 * 4096;
+    }
+    p->q = ptrs[0], p->k = ptrs[1], p->v = ptrs[2], p->o = ptrs[3], p->lse = ptrs[4];
+}
+
+/* The host memory the run needs (Q, K, V; the host copies of O and LSE; on the
+ * CPU also the step's own O and LSE) against the machine's: a shape that cannot
+ * fit is refused in one line before any of it is allocated. */
+static void check_host_memory(const fa2_params *p, int on_gpu)
+{
+    const double inputs = (fa2_numel_q(p) + 2.0 * fa2_numel_kv(p)) * 2, outputs = fa2_numel_q(p) * 2.0 + fa2_numel_lse(p) * 4.0;
+    const double need = inputs + outputs * (on_gpu ? 1 : 2);
+    const double have = (double)sysconf(_SC_PHYS_PAGES) * (double)sysconf(_SC_PAGE_SIZE);
+    if (have > 0 && need > have) {
+        fprintf(stderr, "error: out of host memory: the problem needs %.1f GB for Q, K, V, O and LSE, this machine has "
+                "%.1f GB\n", need / 1e9, have / 1e9);
+        exit(FA2_EXIT_RUNTIME);
+    }
 }
 
 int main(int argc, char **argv)
@@ -38,14 +64,14 @@ int main(int argc, char **argv)
     fa2_params p;
     fa2_params_from_options(&opt, &p);
 
-    /* Ask the step before allocating anything; dummy non-NULL pointers stand in. */
     char why[256] = "";
     fa2_params probe = p;
-    probe.q = probe.k = probe.v = probe.o = (void *)256;
+    stand_in_pointers(&probe);
     if (!fa2_supports(&probe, why, sizeof why)) {
         fprintf(stderr, "error: step %s does not support these params: %s\n", fa2_name(), why);
         return FA2_EXIT_USAGE;
     }
+    check_host_memory(&p, on_gpu);
 
     fa2_device_info dev;
     memset(&dev, 0, sizeof dev);
@@ -57,28 +83,36 @@ int main(int argc, char **argv)
     } else {
         snprintf(dev.name, sizeof dev.name, "CPU");
     }
+    char config[160];
+    if (fa2_config(&probe, config, sizeof config) < 0) {
+        fprintf(stderr, "error: step %s: no configuration for these params: %s\n", fa2_name(), config);
+        return FA2_EXIT_RUNTIME;
+    }
 
     fa2_problem pr;
     fa2_problem_make(&pr, &p, opt.seed, opt.input_scale);
-    uint16_t *o_host = malloc(fa2_numel_q(&p) * sizeof(uint16_t));
-    float *lse_host = malloc(fa2_numel_lse(&p) * sizeof(float));
-    if (!o_host || !lse_host) abort();
+    uint16_t *o_host = fa2_xmalloc(fa2_numel_q(&p) * sizeof(uint16_t), "the host copy of O");
+    float *lse_host = fa2_xmalloc(fa2_numel_lse(&p) * sizeof(float), "the host copy of LSE");
 
     fa2_params run;
     fa2_buffers_make(&run, &pr, on_gpu);
     int rc = fa2_forward(&run, NULL);
-    fa2_buffers_fetch(&run, on_gpu, o_host, lse_host);
     if (rc) {
-        fprintf(stderr, "error: step %s: fa2_forward returned %d\n", fa2_name(), rc);
-        return 1;
+        fprintf(stderr, "error: step %s: fa2_forward failed: %s\n", fa2_name(), fa2_last_error());
+        return FA2_EXIT_RUNTIME;
     }
+    fa2_buffers_fetch(&run, on_gpu, o_host, lse_host);
 
     fa2_check_result chk;
     int checked = opt.check != CHECK_OFF;
-    if (checked) chk = fa2_check_problem(&pr, opt.check, o_host, lse_host);
+    if (checked) {
+        chk = fa2_check_problem(&pr, opt.check, o_host, lse_host);
+        /* every element of O and LSE, not only the checked rows, must have been written */
+        chk.unwritten = fa2_count_unwritten(&pr.p, o_host, lse_host);
+        chk.pass = chk.pass && chk.unwritten == 0;
+    }
 
-    double *ms = malloc(sizeof(double) * (size_t)opt.iters);
-    if (!ms) abort();
+    double *ms = fa2_xmalloc(sizeof(double) * (size_t)opt.iters, "the launch times");
     if (on_gpu) {
         rc = fa2_time_gpu(fa2_forward, &run, &dev, opt.warmup, opt.iters, ms);
     } else {
@@ -90,26 +124,32 @@ int main(int argc, char **argv)
         }
     }
     if (rc) {
-        fprintf(stderr, "error: step %s: fa2_forward returned %d while timing\n", fa2_name(), rc);
-        return 1;
+        fprintf(stderr, "error: step %s: fa2_forward failed while timing: %s\n", fa2_name(), fa2_last_error());
+        return FA2_EXIT_RUNTIME;
     }
     fa2_stats t = fa2_stats_of(ms, opt.iters);
     double tflops = fa2_flops(&p) / (t.median * 1e-3) / 1e12;
     const char *status = !checked ? "UNCHECKED" : (chk.pass ? "PASS" : "FAIL");
 
-    printf("%-20s %s B%d H%d/%d Nq%d Nk%d d%d %s | %s", fa2_name(), fa2_dtype_name(p.dtype), p.batch, p.heads_q,
-           p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.causal ? "causal" : "non-causal", status);
-    if (checked)
-        printf(" rel_l2 %.1e max_abs %.1e lse %.1e (%d rows%s)", chk.rel_l2, chk.max_abs, chk.lse_max,
-               chk.rows_checked, chk.nonfinite ? ", NON-FINITE OUTPUT" : "");
+    printf("%-20s %s B%d H%d/%d Nq%d Nk%d d%d %s [%s] | %s", fa2_name(), fa2_dtype_name(p.dtype), p.batch, p.heads_q,
+           p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim, p.causal ? "causal" : "non-causal", config, status);
+    if (checked) {
+        printf(" rel_l2 %.1e max_abs %.1e lse %.1e (%d rows)", chk.rel_l2, chk.max_abs, chk.lse_max, chk.rows_checked);
+        if (chk.nonfinite || chk.special_missed || chk.unwritten)
+            printf(" NON-FINITE %ld, NaN/-inf MISSED %ld, UNWRITTEN %ld", chk.nonfinite, chk.special_missed,
+                   chk.unwritten);
+    }
     printf(" | %.4f ms (min %.4f, max %.4f, %d launches) %.3g TFLOP/s | %s\n", t.median, t.min, t.max, opt.iters,
            tflops, dev.name);
-    if (opt.csv_path) write_csv(opt.csv_path, &p, dev.name, t, tflops, checked ? &chk : NULL, status);
+    if (opt.csv_file) {
+        write_csv(opt.csv_file, &p, dev.name, t, tflops, checked ? &chk : NULL, status);
+        fclose(opt.csv_file);
+    }
 
     free(ms);
     free(o_host);
     free(lse_host);
     fa2_buffers_free(&run, on_gpu);
     fa2_problem_free(&pr);
-    return checked && !chk.pass ? 1 : 0;
+    return checked && !chk.pass ? FA2_EXIT_CHECK : 0;
 }

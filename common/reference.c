@@ -19,9 +19,8 @@ void fa2_rows_all(fa2_row_set *rs, const fa2_params *p)
 {
     int bhn = p->batch * p->heads_q;
     rs->n = bhn * p->seqlen_q;
-    rs->bh = malloc(sizeof(int) * (size_t)rs->n);
-    rs->row = malloc(sizeof(int) * (size_t)rs->n);
-    if (!rs->bh || !rs->row) abort();
+    rs->bh = fa2_xmalloc(sizeof(int) * (size_t)rs->n, "the rows to check");
+    rs->row = fa2_xmalloc(sizeof(int) * (size_t)rs->n, "the rows to check");
     for (int i = 0; i < rs->n; i++) {
         rs->bh[i] = i / p->seqlen_q;
         rs->row[i] = i % p->seqlen_q;
@@ -58,9 +57,8 @@ void fa2_rows_sample(fa2_row_set *rs, const fa2_params *p)
     for (int i = 0; i < nh; i++) heads[i] = nh == 1 ? 0 : (int)((long long)i * (bhn - 1) / (nh - 1));
 
     rs->n = nh * unique;
-    rs->bh = malloc(sizeof(int) * (size_t)rs->n);
-    rs->row = malloc(sizeof(int) * (size_t)rs->n);
-    if (!rs->bh || !rs->row) abort();
+    rs->bh = fa2_xmalloc(sizeof(int) * (size_t)rs->n, "the rows to check");
+    rs->row = fa2_xmalloc(sizeof(int) * (size_t)rs->n, "the rows to check");
     for (int h = 0; h < nh; h++)
         for (int r = 0; r < unique; r++) {
             rs->bh[h * unique + r] = heads[h];
@@ -75,7 +73,24 @@ void fa2_rows_free(fa2_row_set *rs)
     memset(rs, 0, sizeof *rs);
 }
 
-void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, double *o_ref, double *lse_ref)
+void fa2_reference_alloc(fa2_reference *ref, const fa2_row_set *rs, int head_dim)
+{
+    ref->o = fa2_xmalloc(sizeof(double) * (size_t)rs->n * head_dim, "the fp64 reference of O");
+    ref->lse = fa2_xmalloc(sizeof(double) * (size_t)rs->n, "the fp64 reference of LSE");
+    ref->score_mag = fa2_xmalloc(sizeof(double) * (size_t)rs->n, "the reference's score magnitudes");
+    ref->o_spread = fa2_xmalloc(sizeof(double) * (size_t)rs->n * head_dim, "the reference's spread of V around O");
+}
+
+void fa2_reference_free(fa2_reference *ref)
+{
+    free(ref->o);
+    free(ref->lse);
+    free(ref->score_mag);
+    free(ref->o_spread);
+    memset(ref, 0, sizeof *ref);
+}
+
+void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, fa2_reference *ref)
 {
     const fa2_params *p = &pr->p;
     const int d = p->head_dim, group = p->heads_q / p->heads_kv;
@@ -83,29 +98,37 @@ void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, double *o_
 
 #pragma omp parallel
     {
-        double *s = malloc(sizeof(double) * (size_t)p->seqlen_k);
-        double *q = malloc(sizeof(double) * (size_t)d);
-        if (!s || !q) abort();
+        double *s = fa2_xmalloc(sizeof(double) * (size_t)p->seqlen_k, "a row of reference scores");
+        double *q = fa2_xmalloc(sizeof(double) * (size_t)d, "a reference query row");
 #pragma omp for schedule(dynamic, 4)
         for (int r = 0; r < rs->n; r++) {
             int b = rs->bh[r] / p->heads_q, h = rs->bh[r] % p->heads_q, hk = h / group, i = rs->row[r];
-            const uint16_t *qrow = pr->q + b * p->q_batch_stride + i * p->q_row_stride + h * p->q_head_stride;
+            const uint16_t *qrow = pr->q + b * p->q_batch_stride + (int64_t)i * p->q_row_stride + h * p->q_head_stride;
             long long visible = p->causal ? i + shift + 1 : p->seqlen_k;
             if (visible > p->seqlen_k) visible = p->seqlen_k;
-            double *o = o_ref + (size_t)r * d;
+            double *o = ref->o + (size_t)r * d, *spread = ref->o_spread + (size_t)r * d;
             memset(o, 0, sizeof(double) * (size_t)d);
+            memset(spread, 0, sizeof(double) * (size_t)d);
+            ref->score_mag[r] = 0;
             if (visible <= 0) {
-                lse_ref[r] = -INFINITY;
+                ref->lse[r] = -INFINITY;
                 continue;
             }
             for (int c = 0; c < d; c++) q[c] = fa2_to_float(qrow[c], p->dtype);
-            double m = -INFINITY;
+            /* IEEE throughout: a NaN score is skipped by the max (NaN > m is false) but
+             * makes its exp, and with it l, every O entry and LSE, NaN. */
+            double m = -INFINITY, mag = 0;
             for (long long j = 0; j < visible; j++) {
                 const uint16_t *krow = pr->k + b * p->k_batch_stride + j * p->k_row_stride + hk * p->k_head_stride;
-                double acc = 0;
-                for (int c = 0; c < d; c++) acc += q[c] * fa2_to_float(krow[c], p->dtype);
+                double acc = 0, acc_abs = 0;
+                for (int c = 0; c < d; c++) {
+                    const double term = q[c] * fa2_to_float(krow[c], p->dtype);
+                    acc += term;
+                    acc_abs += fabs(term);
+                }
                 s[j] = acc * p->softmax_scale;
                 if (s[j] > m) m = s[j];
+                if (acc_abs * p->softmax_scale > mag) mag = acc_abs * p->softmax_scale;
             }
             double l = 0;
             for (long long j = 0; j < visible; j++) {
@@ -115,7 +138,13 @@ void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, double *o_
                 for (int c = 0; c < d; c++) o[c] += e * fa2_to_float(vrow[c], p->dtype);
             }
             for (int c = 0; c < d; c++) o[c] /= l;
-            lse_ref[r] = m + log(l);
+            for (long long j = 0; j < visible; j++) {
+                const uint16_t *vrow = pr->v + b * p->v_batch_stride + j * p->v_row_stride + hk * p->v_head_stride;
+                const double prob = exp(s[j] - m) / l;
+                for (int c = 0; c < d; c++) spread[c] += prob * fabs(fa2_to_float(vrow[c], p->dtype) - o[c]);
+            }
+            ref->lse[r] = m + log(l);
+            ref->score_mag[r] = mag;
         }
         free(s);
         free(q);

@@ -5,6 +5,17 @@
 
 #include "harness.h"
 
+void *fa2_xmalloc(size_t bytes, const char *what)
+{
+    void *ptr = malloc(bytes ? bytes : 1);
+    if (!ptr) {
+        fprintf(stderr, "error: out of host memory: cannot allocate %zu bytes (%.2f GB) for %s\n", bytes, bytes / 1e9,
+                what);
+        exit(FA2_EXIT_RUNTIME);
+    }
+    return ptr;
+}
+
 static int cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;

@@ -1,20 +1,147 @@
-/* validate.c - the parameter checks every step's fa2_supports() starts with
- * (linked into each step's binary and shared library). */
+/* validate.c - the parameter checks every step's fa2_supports() starts with, and
+ * the record of the last failed CUDA call (linked into each step's binary and
+ * shared library). */
+#include <math.h>
+#include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 
-#include "harness.h"
+#include "validate.h"
+
+#define REFUSE(...) do { if (why) snprintf(why, why_len, __VA_ARGS__); return 0; } while (0)
+
+/* Element offsets past which a tensor is refused: 2^61 elements of 2 bytes keep
+ * every byte offset, and every sum of offsets a kernel forms, inside int64. */
+#define MAX_OFFSET (INT64_C(1) << 61)
+
+typedef struct { int64_t size, stride; } dim;
+
+/* The four dims of a [batch, seqlen, heads, head_dim] tensor (head_dim contiguous). */
+static void dims_of(dim d[4], int batch, int seqlen, int heads, int head_dim, int64_t bs, int64_t rs, int64_t hs)
+{
+    d[0] = (dim){head_dim, 1};
+    d[1] = (dim){seqlen, rs};
+    d[2] = (dim){heads, hs};
+    d[3] = (dim){batch, bs};
+}
+
+/* The largest element offset of the tensor, or -1 if it passes MAX_OFFSET. */
+static int64_t last_offset(const dim d[4])
+{
+    int64_t last = 0;
+    for (int i = 0; i < 4; i++) {
+        int64_t term;
+        if (__builtin_mul_overflow(d[i].size - 1, d[i].stride, &term) || __builtin_add_overflow(last, term, &last) ||
+            last >= MAX_OFFSET)
+            return -1;
+    }
+    return last;
+}
+
+/* 1 if no two elements of the tensor share an offset: sorted by stride, each dim's
+ * stride is at least the span of the smaller ones. (Layouts that interleave without
+ * overlapping also exist; they are refused too.) */
+static int dims_nest(const dim d_in[4])
+{
+    dim d[4];
+    int n = 0;
+    for (int i = 0; i < 4; i++)
+        if (d_in[i].size > 1) d[n++] = d_in[i];
+    for (int i = 1; i < n; i++) /* insertion sort by stride */
+        for (int j = i; j > 0 && d[j].stride < d[j - 1].stride; j--) {
+            dim t = d[j];
+            d[j] = d[j - 1];
+            d[j - 1] = t;
+        }
+    int64_t span = 1;
+    for (int i = 0; i < n; i++) {
+        if (d[i].stride < span) return 0;
+        span += (d[i].size - 1) * d[i].stride; /* cannot overflow: last_offset() passed */
+    }
+    return 1;
+}
+
+/* [first, last] byte addresses, for the overlap checks. */
+typedef struct { uintptr_t first, last; } range;
+static int overlap(range a, range b) { return a.first <= b.last && b.first <= a.last; }
 
 int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
 {
-#define REFUSE(...) do { if (why) snprintf(why, why_len, __VA_ARGS__); return 0; } while (0)
     if (!p) REFUSE("params is NULL");
-    if (!p->q || !p->k || !p->v || !p->o) REFUSE("q, k, v and o must all be set");
+    if (!p->q || !p->k || !p->v || !p->o) REFUSE("q, k, v and o must all be set (lse may be NULL)");
     if (p->batch < 1 || p->heads_q < 1 || p->heads_kv < 1 || p->seqlen_q < 1 || p->seqlen_k < 1 || p->head_dim < 1)
-        REFUSE("batch, heads, seqlens and head_dim must be >= 1");
+        REFUSE("batch %d, heads_q %d, heads_kv %d, seqlen_q %d, seqlen_k %d, head_dim %d (allowed: each >= 1)", p->batch,
+               p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim);
+    if (p->seqlen_q > FA2_MAX_SEQLEN || p->seqlen_k > FA2_MAX_SEQLEN)
+        REFUSE("seqlen_q %d, seqlen_k %d (allowed: at most 2^30)", p->seqlen_q, p->seqlen_k);
     if (p->heads_q % p->heads_kv) REFUSE("heads_q %d is not a multiple of heads_kv %d", p->heads_q, p->heads_kv);
     if (p->dtype != FA2_FP16 && p->dtype != FA2_BF16) REFUSE("dtype %d (allowed: fp16, bf16)", (int)p->dtype);
     if (p->causal != 0 && p->causal != 1) REFUSE("causal %d (allowed: 0, 1)", p->causal);
-    if (!(p->softmax_scale > 0)) REFUSE("softmax_scale must be > 0");
+    if (!isfinite(p->softmax_scale) || !(p->softmax_scale > 0))
+        REFUSE("softmax_scale %g (allowed: finite and > 0)", (double)p->softmax_scale);
+
+    static const char *const names[4] = {"q", "k", "v", "o"};
+    const void *bases[4] = {p->q, p->k, p->v, p->o};
+    dim d[4][4];
+    dims_of(d[0], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
+    dims_of(d[1], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+    dims_of(d[2], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    dims_of(d[3], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
+    static const char *const dim_names[4] = {"", "row", "head", "batch"};
+    range ranges[4];
+    for (int t = 0; t < 4; t++) {
+        for (int i = 1; i < 4; i++)
+            if (d[t][i].stride < 1)
+                REFUSE("%s_%s_stride %lld (allowed: >= 1 element)", names[t], dim_names[i], (long long)d[t][i].stride);
+        if ((uintptr_t)bases[t] % 2) REFUSE("%s at address %p (allowed: 2-byte aligned, a 16-bit element)", names[t], bases[t]);
+        const int64_t last = last_offset(d[t]);
+        if (last < 0)
+            REFUSE("%s: its sizes and strides reach an element offset past 2^61 (allowed: offsets below 2^61 "
+                   "elements, so that byte offsets fit in int64)", names[t]);
+        ranges[t] = (range){(uintptr_t)bases[t], (uintptr_t)bases[t] + (uintptr_t)last * 2 + 1};
+    }
+    if (!dims_nest(d[3]))
+        REFUSE("o strides (batch %lld, row %lld, head %lld) let two elements share an address (allowed: strides that "
+               "nest, so every element of O is written once)", (long long)p->o_batch_stride, (long long)p->o_row_stride,
+               (long long)p->o_head_stride);
+    for (int t = 0; t < 3; t++)
+        if (overlap(ranges[3], ranges[t])) REFUSE("o overlaps %s (allowed: an output apart from the inputs)", names[t]);
+    if (p->lse) {
+        if ((uintptr_t)p->lse % 4) REFUSE("lse at address %p (allowed: 4-byte aligned, a float)", (void *)p->lse);
+        const uintptr_t n = (uintptr_t)p->batch * p->heads_q * p->seqlen_q; /* < 2^62: the sizes are capped above */
+        const range lse = {(uintptr_t)p->lse, (uintptr_t)p->lse + n * 4 - 1};
+        for (int t = 0; t < 4; t++)
+            if (overlap(lse, ranges[t])) REFUSE("lse overlaps %s (allowed: an output apart from the others)", names[t]);
+    }
     return 1;
-#undef REFUSE
 }
+
+int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, char *why, size_t why_len)
+{
+    static const char *const names[4] = {"q", "k", "v", "o"};
+    const void *bases[4] = {p->q, p->k, p->v, p->o};
+    for (int t = 0; t < 4; t++)
+        if ((uintptr_t)bases[t] % (uintptr_t)bytes)
+            REFUSE("%s at address %p (allowed: %d-byte aligned, for %s)", names[t], bases[t], bytes, need);
+    static const char *const stride_names[12] = {"q_batch", "q_row", "q_head", "k_batch", "k_row", "k_head",
+                                                 "v_batch", "v_row", "v_head", "o_batch", "o_row", "o_head"};
+    const int64_t strides[12] = {p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->k_batch_stride,
+                                 p->k_row_stride,   p->k_head_stride, p->v_batch_stride, p->v_row_stride,
+                                 p->v_head_stride, p->o_batch_stride, p->o_row_stride, p->o_head_stride};
+    for (int i = 0; i < 12; i++)
+        if (strides[i] * 2 % bytes)
+            REFUSE("%s_stride %lld (allowed: a multiple of %d elements, for %s)", stride_names[i], (long long)strides[i],
+                   bytes / 2, need);
+    return 1;
+}
+
+static _Thread_local char last_error[256];
+
+int fa2_fail(const char *call, const char *reason)
+{
+    const size_t name_len = strcspn(call, "(");
+    snprintf(last_error, sizeof last_error, "%.*s: %s", (int)name_len, call, reason);
+    return FA2_ERR_LAUNCH;
+}
+
+const char *fa2_last_error(void) { return last_error[0] ? last_error : "no CUDA call has failed"; }

@@ -26,7 +26,7 @@
 #include <stdio.h>
 
 #include "../common/fa2.h"
-#include "../common/harness.h"
+#include "../common/validate.h"
 
 constexpr int SOFTMAX_THREADS = 128;  // one block of 4 warps per query row
 // float4 chunks of a row each thread keeps in registers: rows of up to
@@ -120,7 +120,7 @@ softmax_rows_kernel(const float *s_ws, T *p_ws, float *lse, int seqlen_q, int se
 
     // A row that sees no key: m = -inf, l = 0; exp(-inf - 0) * 0 writes P = 0, so O = P V = 0.
     const float m_use = m == -INFINITY ? 0.0f : m;
-    const float inv_l = l > 0.0f ? 1.0f / l : 0.0f;
+    const float inv_l = l != 0.0f ? 1.0f / l : 0.0f;  // l = 0 only where no key is seen; a NaN l makes P NaN
     auto store_chunk = [&](int c, float4 x) {
         quad<T> prob;
         prob.v[0] = from_float<T>(__expf(x.x - m_use) * inv_l);
@@ -137,7 +137,7 @@ softmax_rows_kernel(const float *s_ws, T *p_ws, float *lse, int seqlen_q, int se
     for (int c = threadIdx.x + CACHED * SOFTMAX_THREADS; c < chunks; c += SOFTMAX_THREADS)
         store_chunk(c, load_chunk(c));
 
-    if (lse && threadIdx.x == 0) lse[row] = l > 0.0f ? m + logf(l) : -INFINITY;
+    if (lse && threadIdx.x == 0) lse[row] = l != 0.0f ? m + logf(l) : -INFINITY;
 }
 
 // The per-(batch, head) matrix addresses cuBLAS's batched GEMM takes, written on
@@ -175,6 +175,9 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     // 16-bit elements: rows of a multiple of 8 are 16-byte aligned, which cuBLAS's tensor-core GEMMs need.
     if (p->head_dim % 8 || p->head_dim > 256)
         REFUSE("head_dim %d (allowed: a multiple of 8 up to 256)", p->head_dim);
+    // The batched GEMMs take one matrix pointer per (batch, head), read on the GPU, where
+    // cuBLAS cannot check them: every base and stride must keep them 16-byte aligned.
+    if (!fa2_validate_alignment(p, 16, "cuBLAS's tensor-core GEMMs", why, why_len)) return 0;
     const int64_t row_strides[4] = {p->q_row_stride, p->k_row_stride, p->v_row_stride, p->o_row_stride};
     for (int64_t stride : row_strides)
         if (stride < p->head_dim || stride > INT32_MAX)
@@ -186,6 +189,22 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     return 1;
 #undef REFUSE
 }
+
+extern "C" int fa2_config_count(void) { return 1; }
+
+extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    snprintf(what, what_len, "cuBLAS GEMM, softmax kernel, cuBLAS GEMM: %.2f GiB of S and P", 1.5 * s_ws_bytes(p) / 1073741824.0);
+    return 0;
+}
+
+// Returns FA2_ERR_LAUNCH, with the call and cuBLAS's reason recorded, if `call` fails.
+#define CUBLAS_TRY(call)                                                                   \
+    do {                                                                                   \
+        const cublasStatus_t status_ = (call);                                             \
+        if (status_ != CUBLAS_STATUS_SUCCESS) return fa2_fail(#call, cublasGetStatusString(status_)); \
+    } while (0)
 
 static cublasHandle_t cublas_handle;
 static void *ws;  // [S fp32 | P 16-bit | GEMM pointer arrays], grown when a call needs more
@@ -215,24 +234,24 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream_arg)
 {
     if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
     cudaStream_t stream = (cudaStream_t)stream_arg;
-    if (!cublas_handle && cublasCreate(&cublas_handle) != CUBLAS_STATUS_SUCCESS) {
-        cublas_handle = NULL;
-        return FA2_ERR_LAUNCH;
+    if (!cublas_handle) {
+        const cublasStatus_t status = cublasCreate(&cublas_handle);
+        if (status != CUBLAS_STATUS_SUCCESS) {
+            cublas_handle = NULL;
+            return fa2_fail("cublasCreate", cublasGetStatusString(status));
+        }
     }
-    if (cublasSetStream(cublas_handle, stream) != CUBLAS_STATUS_SUCCESS) return FA2_ERR_LAUNCH;
+    CUBLAS_TRY(cublasSetStream(cublas_handle, stream));
 
     const int64_t count = (int64_t)p->batch * p->heads_q, ws_ld = ws_row_elems(p);
     const size_t s_bytes = (size_t)s_ws_bytes(p), p_bytes = s_bytes / 2;
     const size_t need = s_bytes + p_bytes + GEMM_POINTER_ARRAYS * count * sizeof(void *);
     if (need > ws_capacity) {
         // cudaFree waits for the GPU, so no launch still in flight reads the old workspace.
-        if (ws && cudaFree(ws) != cudaSuccess) return FA2_ERR_LAUNCH;
+        if (ws) FA2_CUDA_TRY(cudaFree(ws));
         ws = NULL;
         ws_capacity = 0;
-        if (cudaMalloc(&ws, need) != cudaSuccess) {
-            ws = NULL;
-            return FA2_ERR_LAUNCH;
-        }
+        FA2_CUDA_TRY(cudaMalloc(&ws, need));
         ws_capacity = need;
     }
     float *s_ws = (float *)ws;
@@ -240,7 +259,7 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream_arg)
     const void **ptrs_ws = (const void **)((char *)ws + s_bytes + p_bytes);
 
     fill_gemm_pointers_kernel<<<(unsigned)((count + 255) / 256), 256, 0, stream>>>(*p, s_ws, p_ws, ws_ld, ptrs_ws);
-    if (cudaGetLastError() != cudaSuccess) return FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaGetLastError());
 
     const cudaDataType t16 = p->dtype == FA2_FP16 ? CUDA_R_16F : CUDA_R_16BF;
     const float scale = p->softmax_scale, one = 1.0f, zero = 0.0f;
@@ -248,22 +267,20 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream_arg)
     // cuBLAS is column-major, and a row-major matrix is its column-major transpose:
     // S^T (Nk x Nq, ld ws_ld) = K (Nk x d, read transposed) * Q^T (d x Nq).
     // COMPUTE_32F: fp32 accumulation on the tensor cores, as the fused steps do.
-    if (cublasGemmBatchedEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, p->seqlen_k, p->seqlen_q, p->head_dim, &scale,
-                            ptrs_ws + 0 * count, t16, (int)p->k_row_stride, ptrs_ws + 1 * count, t16,
-                            (int)p->q_row_stride, &zero, (void *const *)(ptrs_ws + 2 * count), CUDA_R_32F, (int)ws_ld,
-                            batch_count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
-        return FA2_ERR_LAUNCH;
+    CUBLAS_TRY(cublasGemmBatchedEx(cublas_handle, CUBLAS_OP_T, CUBLAS_OP_N, p->seqlen_k, p->seqlen_q, p->head_dim, &scale,
+                                   ptrs_ws + 0 * count, t16, (int)p->k_row_stride, ptrs_ws + 1 * count, t16,
+                                   (int)p->q_row_stride, &zero, (void *const *)(ptrs_ws + 2 * count), CUDA_R_32F,
+                                   (int)ws_ld, batch_count, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 
     if (p->dtype == FA2_FP16) launch_softmax<__half>(p, s_ws, p_ws, ws_ld, stream);
     else launch_softmax<__nv_bfloat16>(p, s_ws, p_ws, ws_ld, stream);
-    if (cudaGetLastError() != cudaSuccess) return FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaGetLastError());
 
     // O^T (d x Nq, ld o_row_stride) = V^T (d x Nk) * P^T (Nk x Nq, ld ws_ld).
-    if (cublasGemmBatchedEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, p->head_dim, p->seqlen_q, p->seqlen_k, &one,
-                            ptrs_ws + 3 * count, t16, (int)p->v_row_stride, ptrs_ws + 4 * count, t16, (int)ws_ld,
-                            &zero, (void *const *)(ptrs_ws + 5 * count), t16, (int)p->o_row_stride, batch_count,
-                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS)
-        return FA2_ERR_LAUNCH;
+    CUBLAS_TRY(cublasGemmBatchedEx(cublas_handle, CUBLAS_OP_N, CUBLAS_OP_N, p->head_dim, p->seqlen_q, p->seqlen_k, &one,
+                                   ptrs_ws + 3 * count, t16, (int)p->v_row_stride, ptrs_ws + 4 * count, t16, (int)ws_ld,
+                                   &zero, (void *const *)(ptrs_ws + 5 * count), t16, (int)p->o_row_stride, batch_count,
+                                   CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return FA2_OK;
 }
 

@@ -21,11 +21,11 @@ $(BUILD)/reference/cublas/fa2: $(BUILD)/reference/cublas/kernel.o $(BUILD)/commo
 $(BUILD)/reference/cublas/libfa2.so: $(BUILD)/reference/cublas/kernel.o $(BUILD)/common/validate.o
 	$(NVCC) $(GENCODE) -shared $^ $(CUDA_LIBS) $(REFERENCE_CUBLAS_LIBS) -o $@
 
-$(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu reference/probe.h common/cuda_check.h
+$(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(CUDA_LIBS) -o $@
 
 # wgmma exists only in sm_90a: built for that target alone, as step 07 is.
-$(BUILD)/reference/wgmma_ceiling: reference/wgmma_ceiling.cu reference/probe.h common/cuda_check.h
+$(BUILD)/reference/wgmma_ceiling: reference/wgmma_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_OPTS) $(GENCODE_STEP07) $< $(CUDA_LIBS) -o $@

@@ -1,117 +1,391 @@
 /* gpu_matrix.c - the GPU test matrix. Loads each step's shared library given on
- * the command line (they all export the same fa2.h ABI), and for every case
- * checks every step against one fp64 reference, every row:
- *   seqlens 1, 17, 64, 127, 1000, 1025 (Nq = Nk), six Nq != Nk pairs both ways,
- *   causal on/off, heads_q = heads_kv and = 4 x heads_kv, d 64/128, fp16/bf16,
- *   plus Q, K, V read as strided views of one packed QKV tensor, and large grids
- *   (B4 H16/4, hundreds of blocks: a step may pick another tile configuration when
- *   the grid is larger than the GPU) checked on a spread sample of rows.
- * O and LSE are poisoned with NaN before each step runs.
+ * the command line (they all export the fa2.h ABI) and checks every step against
+ * one fp64 reference per case:
+ *   - seqlens 1 to 1025, Nq = Nk and six Nq != Nk pairs both ways, causal on/off,
+ *     heads_q = heads_kv and 4 x heads_kv, d 64/128, fp16/bf16 (every row checked);
+ *   - Q, K, V as strided views of one packed QKV tensor;
+ *   - the tile configurations: shapes sized from this GPU's SM count so that every
+ *     configuration a step can choose runs (each line names the one that ran, and
+ *     a step with a configuration no case reached fails), with peaky inputs
+ *     (Q and K scaled by 4) that move the running max by more than 2^8 after a
+ *     row's first key tile, so the O rescale runs with corrections far below 1;
+ *   - inputs scaled by 30 and 100 (LSE in the thousands);
+ *   - layouts: [batch, heads, seqlen, dim], padded rows with a non-dense O, strides
+ *     that are not multiples of 8 and bases 2 bytes off 16-byte alignment (the
+ *     last two may be refused, in one line, by steps that need alignment);
+ *   - GQA ratios 2, 3, 8 and MQA; seqlens 4097 and 70001; a Q and O of more than
+ *     2^31 elements (long Q, short K); lse = NULL; a non-default stream; softmax
+ *     scales other than 1/sqrt(d); a NaN in a row of Q, a row of K, an element of V.
+ * Every tensor lives inside a guard zone: input padding and guards hold NaN (a
+ * kernel that reads them produces NaN and fails), O and LSE with their padding and
+ * guards are poisoned before each step runs, and after it every O and LSE element
+ * must have been written and every byte around them must still hold the poison.
  * Without a usable GPU it prints one SKIP line per step and exits 0. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/harness.h"
 #include "test_util.h"
 
 typedef struct {
-    void *handle;
     const char *path;
     int (*forward)(const fa2_params *, void *);
     int (*supports)(const fa2_params *, char *, size_t);
+    int (*config)(const fa2_params *, char *, size_t);
+    int (*config_count)(void);
+    const char *(*last_error)(void);
     const char *(*name)(void);
+    unsigned reached; /* bit i: configuration i ran in a passing case */
 } step_lib;
-
-typedef struct { int nq, nk, causal, gqa, d, packed, large; fa2_dtype t; } test_case;
-
-static const int seq_pairs[][2] = {{1, 1},     {17, 17},  {64, 64},   {127, 127}, {1000, 1000}, {1025, 1025},
-                                   {17, 64},   {64, 17},  {127, 1000}, {1000, 127}, {1, 1025},   {1025, 1}};
 
 static int load(step_lib *s, const char *path)
 {
     memset(s, 0, sizeof *s);
     s->path = path;
-    s->handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!s->handle) return 0;
-    *(void **)&s->forward = dlsym(s->handle, "fa2_forward");
-    *(void **)&s->supports = dlsym(s->handle, "fa2_supports");
-    *(void **)&s->name = dlsym(s->handle, "fa2_name");
-    return s->forward && s->supports && s->name;
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) return 0;
+    *(void **)&s->forward = dlsym(handle, "fa2_forward");
+    *(void **)&s->supports = dlsym(handle, "fa2_supports");
+    *(void **)&s->config = dlsym(handle, "fa2_config");
+    *(void **)&s->config_count = dlsym(handle, "fa2_config_count");
+    *(void **)&s->last_error = dlsym(handle, "fa2_last_error");
+    *(void **)&s->name = dlsym(handle, "fa2_name");
+    return s->forward && s->supports && s->config && s->config_count && s->last_error && s->name;
 }
 
-/* Q, K, V as views of one [batch, seqlen, 3, heads, d] tensor (heads_q = heads_kv, Nq = Nk). */
-static void make_packed(fa2_params *run, const fa2_problem *pr)
+typedef enum { DENSE, PACKED_QKV, BHSD, PADDED, ODD_STRIDES, OFFSET_BASES } layout;
+static const char *const layout_names[] = {"", "packed-qkv", "[b,h,s,d]", "padded rows, non-dense O",
+                                           "strides not multiples of 8", "bases 2 bytes off 16-byte alignment"};
+
+typedef struct {
+    int batch, hq, hkv, nq, nk, d, causal;
+    fa2_dtype t;
+    float input_scale;   /* multiplies Q and K */
+    float softmax_scale; /* 0: 1 / sqrt(d) */
+    layout lay;
+    nan_site nan;
+    int nan_row, nan_col;
+    int no_lse, on_stream;
+    int may_refuse;    /* a step may refuse it (alignment, or its workspace limit), in one line */
+    int rescale_probe; /* the inputs must move some row's running max by > 2^8 after its first key tile */
+} test_case;
+
+/* Elements of NaN/poison before and after every tensor, and LSE floats likewise. */
+enum { GUARD = 4096 };
+/* Cases with at most this many multiply-adds check every row; larger ones a spread sample. */
+#define FULL_CHECK_MACS (1LL << 30)
+
+/* ---- tensors in guarded device allocations ---------------------------------------- */
+
+typedef struct {
+    int batch, seqlen, heads, d;
+    int64_t bs, rs, hs;
+} tensor_layout;
+
+static int64_t span_of(const tensor_layout *l) /* largest element offset + 1 */
+{
+    return (int64_t)(l->batch - 1) * l->bs + (int64_t)(l->seqlen - 1) * l->rs + (int64_t)(l->heads - 1) * l->hs + l->d;
+}
+
+static int is_dense(const tensor_layout *l)
+{
+    return l->hs == l->d && l->rs == (int64_t)l->heads * l->d && l->bs == l->rs * l->seqlen;
+}
+
+typedef struct {
+    uint16_t *dev;  /* the allocation */
+    size_t elems;   /* its size */
+} device_buffer;
+
+/* A device buffer holding `count` tensors (their data dense on the host, dense[i]
+ * laid out by lay[i] from element at[i] of the buffer) and NaN everywhere else:
+ * GUARD elements before the first, after the last, and all padding. */
+static device_buffer upload_tensors(int count, const uint16_t *const *dense, const tensor_layout *lay, const size_t *at)
+{
+    size_t end = 0;
+    for (int i = 0; i < count; i++) {
+        const size_t e = at[i] + (size_t)span_of(&lay[i]);
+        if (e > end) end = e;
+    }
+    device_buffer buf = {NULL, end + GUARD};
+    buf.dev = fa2_device_alloc(buf.elems * 2);
+    fa2_device_poison(buf.dev, buf.elems * 2); /* all bits set: a NaN */
+    if (count == 1 && is_dense(&lay[0])) {
+        fa2_device_upload(buf.dev + at[0], dense[0], (size_t)span_of(&lay[0]) * 2);
+        return buf;
+    }
+    uint16_t *host = fa2_xmalloc(buf.elems * 2, "a strided input");
+    memset(host, 0xff, buf.elems * 2);
+    for (int i = 0; i < count; i++) {
+        const tensor_layout *l = &lay[i];
+        for (int b = 0; b < l->batch; b++)
+            for (int s = 0; s < l->seqlen; s++)
+                for (int h = 0; h < l->heads; h++)
+                    memcpy(host + at[i] + b * l->bs + s * l->rs + h * l->hs,
+                           dense[i] + (((size_t)b * l->seqlen + s) * l->heads + h) * l->d, (size_t)l->d * 2);
+    }
+    fa2_device_upload(buf.dev, host, buf.elems * 2);
+    free(host);
+    return buf;
+}
+
+/* The strides of one tensor of `seqlen` rows and `heads` heads in layout `lay`. */
+static tensor_layout layout_of(layout lay, int is_output, int batch, int seqlen, int heads, int d)
+{
+    tensor_layout l = {batch, seqlen, heads, d, 0, 0, 0};
+    switch (lay) {
+    case DENSE: case PACKED_QKV: case OFFSET_BASES:
+        l.hs = d, l.rs = (int64_t)heads * d, l.bs = l.rs * seqlen;
+        break;
+    case BHSD:
+        l.rs = d, l.hs = (int64_t)seqlen * d, l.bs = l.hs * heads;
+        break;
+    case PADDED: /* rows padded by 64 elements; O also padded between heads */
+        l.hs = is_output ? d + 8 : d;
+        l.rs = (int64_t)heads * l.hs + (is_output ? 16 : 64);
+        l.bs = l.rs * seqlen + 128;
+        break;
+    case ODD_STRIDES:
+        l.hs = d, l.rs = (int64_t)heads * d + 1, l.bs = l.rs * seqlen + 3;
+        break;
+    }
+    return l;
+}
+
+static void set_strides(const tensor_layout *l, int64_t *bs, int64_t *rs, int64_t *hs) { *bs = l->bs, *rs = l->rs, *hs = l->hs; }
+
+/* ---- the rescale probe -------------------------------------------------------------- */
+
+/* Over the checked rows: how many see their running max grow by more than 2^8
+ * (RESCALE_LOG2 of steps 06 and 07) at some key tile after their first, with
+ * tiles of `tile` keys, and the largest such growth in log2 units. */
+static int rows_with_big_jumps(const fa2_problem *pr, const fa2_row_set *rs, int tile, double *largest_log2)
 {
     const fa2_params *p = &pr->p;
-    size_t row = (size_t)p->heads_q * p->head_dim, rows = (size_t)p->batch * p->seqlen_q;
-    uint16_t *host = malloc(rows * 3 * row * 2);
-    for (size_t r = 0; r < rows; r++) {
-        memcpy(host + (3 * r + 0) * row, pr->q + r * row, row * 2);
-        memcpy(host + (3 * r + 1) * row, pr->k + r * row, row * 2);
-        memcpy(host + (3 * r + 2) * row, pr->v + r * row, row * 2);
+    const int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    const long long shift = (long long)p->seqlen_k - p->seqlen_q;
+    int rows = 0;
+    double largest = 0;
+#pragma omp parallel for reduction(+ : rows) reduction(max : largest) schedule(dynamic, 4)
+    for (int r = 0; r < rs->n; r++) {
+        const int b = rs->bh[r] / p->heads_q, h = rs->bh[r] % p->heads_q, i = rs->row[r];
+        long long visible = p->causal ? i + shift + 1 : p->seqlen_k;
+        if (visible > p->seqlen_k) visible = p->seqlen_k;
+        const uint16_t *q = pr->q + b * p->q_batch_stride + (int64_t)i * p->q_row_stride + h * p->q_head_stride;
+        double m = -INFINITY, jump = 0;
+        for (long long n0 = 0; n0 < visible; n0 += tile) {
+            double tile_max = -INFINITY;
+            for (long long j = n0; j < visible && j < n0 + tile; j++) {
+                const uint16_t *k = pr->k + b * p->k_batch_stride + j * p->k_row_stride + (h / group) * p->k_head_stride;
+                double acc = 0;
+                for (int c = 0; c < d; c++) acc += fa2_to_float(q[c], p->dtype) * fa2_to_float(k[c], p->dtype);
+                if (acc * p->softmax_scale > tile_max) tile_max = acc * p->softmax_scale;
+            }
+            if (m > -INFINITY && (tile_max - m) * 1.4426950408889634 > jump) jump = (tile_max - m) * 1.4426950408889634;
+            if (tile_max > m) m = tile_max;
+        }
+        rows += jump > 8;
+        if (jump > largest) largest = jump;
     }
-    fa2_device_free((void *)run->q);
-    fa2_device_free((void *)run->k);
-    fa2_device_free((void *)run->v);
-    uint16_t *dev = fa2_device_alloc(rows * 3 * row * 2);
-    fa2_device_upload(dev, host, rows * 3 * row * 2);
-    free(host);
-    /* one allocation behind three views: run->q owns it, k and v point inside */
-    run->q = dev;
-    run->k = dev + row;
-    run->v = dev + 2 * row;
-    run->q_row_stride = run->k_row_stride = run->v_row_stride = (int64_t)(3 * row);
-    run->q_batch_stride = run->k_batch_stride = run->v_batch_stride = (int64_t)(3 * row) * p->seqlen_q;
+    *largest_log2 = largest;
+    return rows;
 }
 
-static void run_case(step_lib *steps, int nsteps, test_case c)
+/* ---- one case ------------------------------------------------------------------------ */
+
+static void case_name(char *name, size_t len, const test_case *c, const fa2_params *p)
+{
+    int n = snprintf(name, len, "B%d H%d/%d Nq%d Nk%d d%d %s %s", c->batch, c->hq, c->hkv, c->nq, c->nk, c->d,
+                     c->causal ? "causal" : "non-causal", fa2_dtype_name(c->t));
+    if (c->lay) n += snprintf(name + n, len - n, " %s", layout_names[c->lay]);
+    if (c->input_scale != 1.0f) n += snprintf(name + n, len - n, " scale %g", (double)c->input_scale);
+    if (c->softmax_scale) n += snprintf(name + n, len - n, " softmax_scale %g", (double)p->softmax_scale);
+    if (c->nan) n += snprintf(name + n, len - n, " %s %d", nan_site_names[c->nan], c->nan_row);
+    if (c->no_lse) n += snprintf(name + n, len - n, " lse=NULL");
+    if (c->on_stream) snprintf(name + n, len - n, " non-default stream");
+}
+
+/* Writes outside O's elements: every element of the host copy of O's allocation
+ * that is not an element of O must still hold the poison. Overwrites O's elements. */
+static long writes_outside(uint16_t *o_alloc, size_t elems, const fa2_params *p, size_t start)
+{
+    const tensor_layout l = {p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->o_batch_stride, p->o_row_stride,
+                             p->o_head_stride};
+    if (is_dense(&l)) { /* O is one range: look at what is around it */
+        const size_t end = start + fa2_numel_q(p);
+        long n = 0;
+        for (size_t i = 0; i < start; i++) n += o_alloc[i] != FA2_POISON16;
+        for (size_t i = end; i < elems; i++) n += o_alloc[i] != FA2_POISON16;
+        return n;
+    }
+    for (int b = 0; b < p->batch; b++)
+        for (int i = 0; i < p->seqlen_q; i++)
+            for (int h = 0; h < p->heads_q; h++)
+                memset(o_alloc + start + b * l.bs + (int64_t)i * l.rs + h * l.hs, 0xff, (size_t)l.d * 2);
+    long n = 0;
+    for (size_t i = 0; i < elems; i++) n += o_alloc[i] != FA2_POISON16;
+    return n;
+}
+
+static long lse_writes_outside(const float *lse_alloc, size_t n)
+{
+    long bad = 0;
+    uint32_t bits;
+    for (size_t i = 0; i < GUARD; i++) {
+        memcpy(&bits, &lse_alloc[i], 4);
+        bad += bits != FA2_POISON32;
+        memcpy(&bits, &lse_alloc[GUARD + n + i], 4);
+        bad += bits != FA2_POISON32;
+    }
+    return bad;
+}
+
+static void run_case(step_lib *steps, int nsteps, const test_case *c)
 {
     fa2_params p = {0};
-    p.batch = c.large ? 4 : 2, p.heads_q = c.large ? 16 : 4, p.seqlen_q = c.nq, p.seqlen_k = c.nk;
-    p.heads_kv = c.gqa ? p.heads_q / 4 : p.heads_q;
-    p.head_dim = c.d, p.causal = c.causal, p.dtype = c.t, p.softmax_scale = 1.0f / sqrtf((float)c.d);
-    fa2_problem pr;
-    fa2_problem_make(&pr, &p, 1000 + c.nq * 7 + c.nk, 1.0f);
-    fa2_row_set rs;
-    if (c.large) fa2_rows_sample(&rs, &pr.p);
-    else fa2_rows_all(&rs, &pr.p);
-    double *o_ref = malloc(sizeof(double) * (size_t)rs.n * c.d), *lse_ref = malloc(sizeof(double) * rs.n);
-    fa2_reference_rows(&pr, &rs, o_ref, lse_ref);
+    p.batch = c->batch, p.heads_q = c->hq, p.heads_kv = c->hkv, p.seqlen_q = c->nq, p.seqlen_k = c->nk;
+    p.head_dim = c->d, p.causal = c->causal, p.dtype = c->t;
+    p.softmax_scale = c->softmax_scale ? c->softmax_scale : 1.0f / sqrtf((float)c->d);
+    char name[256], why[512], config[192];
+    case_name(name, sizeof name, c, &p);
 
-    fa2_params run;
-    fa2_buffers_make(&run, &pr, 1);
-    if (c.packed) make_packed(&run, &pr);
-    uint16_t *o = malloc(fa2_numel_q(&p) * 2);
-    float *lse = malloc(fa2_numel_lse(&p) * 4);
-    char name[128], why[256];
-    snprintf(name, sizeof name, "B%d H%d/%d Nq%d Nk%d d%d %s %s%s", p.batch, p.heads_q, p.heads_kv, c.nq, c.nk, c.d,
-             c.causal ? "causal" : "non-causal", fa2_dtype_name(c.t), c.packed ? " packed-qkv" : "");
+    /* A case that cannot fit on this GPU says so: Q, K, V, O and LSE, and the unfused
+     * baseline's workspace (6 bytes a score, up to its 16 GiB limit of S). */
+    const double scores = (double)p.batch * p.heads_q * p.seqlen_q * p.seqlen_k;
+    const double need = (fa2_numel_q(&p) * 2.0 + fa2_numel_kv(&p) * 2.0) * 2 + fa2_numel_lse(&p) * 4.0 +
+                        (scores * 4 <= 17179869184.0 ? scores * 6 : 0);
+    if (need > 0.8 * (double)fa2_device_free_bytes()) {
+        printf("SKIP %s: needs %.1f GB of GPU memory, %.1f GB free\n", name, need / 1e9, fa2_device_free_bytes() / 1e9);
+        return;
+    }
+
+    fa2_problem pr;
+    fa2_problem_make(&pr, &p, 1000 + (uint64_t)c->nq * 7 + c->nk, c->input_scale);
+    put_nan(&pr, c->nan, c->nan_row, c->nan_col);
+    fa2_row_set rs;
+    const long long macs = (long long)p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * p.head_dim;
+    if (macs <= FULL_CHECK_MACS) fa2_rows_all(&rs, &pr.p);
+    else fa2_rows_sample(&rs, &pr.p);
+    fa2_reference ref;
+    fa2_reference_alloc(&ref, &rs, c->d);
+    fa2_reference_rows(&pr, &rs, &ref);
+    if (c->nan) {
+        const long nans = reference_nans(&ref, &rs, c->d);
+        report(nans > 0, "the NaN reaches no reference entry: the case proves nothing", "%s reaches %ld reference entries",
+               name, nans);
+    }
+    if (c->rescale_probe) {
+        for (int tile = 64; tile <= 128; tile *= 2) {
+            double largest = 0;
+            const int rows = rows_with_big_jumps(&pr, &rs, tile, &largest);
+            snprintf(why, sizeof why, "no checked row's max grows by more than 2^8 after its first tile");
+            report(rows > 0, why, "%s reaches the O rescale: %d of %d checked rows see their max grow by more than "
+                   "2^8 after their first %d-key tile (corrections down to 2^-%.0f)", name, rows, rs.n, tile, largest);
+        }
+    }
+
+    /* Inputs, each in its layout inside NaN guards. */
+    const tensor_layout lq = layout_of(c->lay, 0, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const tensor_layout lkv = layout_of(c->lay, 0, p.batch, p.seqlen_k, p.heads_kv, p.head_dim);
+    const tensor_layout lo = layout_of(c->lay, 1, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const size_t base = GUARD + (c->lay == OFFSET_BASES ? 1 : 0);
+    device_buffer inputs[3];
+    int n_inputs = 3;
+    fa2_params run = p;
+    if (c->lay == PACKED_QKV) { /* one [batch, seqlen, 3, heads, d] tensor behind three views */
+        tensor_layout packed = lq;
+        packed.rs = 3 * lq.rs, packed.bs = packed.rs * p.seqlen_q;
+        const uint16_t *dense[3] = {pr.q, pr.k, pr.v};
+        const tensor_layout lays[3] = {packed, packed, packed};
+        const size_t at[3] = {base, base + lq.rs, base + 2 * lq.rs};
+        inputs[0] = upload_tensors(3, dense, lays, at);
+        n_inputs = 1;
+        run.q = inputs[0].dev + at[0], run.k = inputs[0].dev + at[1], run.v = inputs[0].dev + at[2];
+        set_strides(&packed, &run.q_batch_stride, &run.q_row_stride, &run.q_head_stride);
+        set_strides(&packed, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
+        set_strides(&packed, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
+    } else {
+        const uint16_t *dense[3] = {pr.q, pr.k, pr.v};
+        const tensor_layout lays[3] = {lq, lkv, lkv};
+        for (int i = 0; i < 3; i++) inputs[i] = upload_tensors(1, &dense[i], &lays[i], &base);
+        run.q = inputs[0].dev + base, run.k = inputs[1].dev + base, run.v = inputs[2].dev + base;
+        set_strides(&lq, &run.q_batch_stride, &run.q_row_stride, &run.q_head_stride);
+        set_strides(&lkv, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
+        set_strides(&lkv, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
+    }
+    /* O and LSE, poisoned before each step. */
+    const size_t o_elems = base + (size_t)span_of(&lo) + GUARD, n_lse = fa2_numel_lse(&p);
+    uint16_t *o_dev = fa2_device_alloc(o_elems * 2);
+    float *lse_dev = c->no_lse ? NULL : fa2_device_alloc((n_lse + 2 * GUARD) * 4);
+    run.o = o_dev + base;
+    run.lse = c->no_lse ? NULL : lse_dev + GUARD;
+    set_strides(&lo, &run.o_batch_stride, &run.o_row_stride, &run.o_head_stride);
+    uint16_t *o_host = fa2_xmalloc(o_elems * 2, "the host copy of O");
+    float *lse_host = c->no_lse ? NULL : fa2_xmalloc((n_lse + 2 * GUARD) * 4, "the host copy of LSE");
+    void *stream = c->on_stream ? fa2_stream_create() : NULL;
+    fa2_params host_view = p; /* O's layout, from element (0, 0, 0, 0) of the host copy */
+    set_strides(&lo, &host_view.o_batch_stride, &host_view.o_row_stride, &host_view.o_head_stride);
+
     for (int s = 0; s < nsteps; s++) {
-        fa2_buffers_poison(&run, 1);
-        if (!steps[s].supports(&run, why, sizeof why)) {
-            report(0, why, "%s %s (refused)", steps[s].name(), name);
+        step_lib *st = &steps[s];
+        fa2_device_poison(o_dev, o_elems * 2);
+        if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
+        fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
+        if (!st->supports(&run, why, sizeof why)) {
+            const int one_line = why[0] && !strchr(why, '\n');
+            report(c->may_refuse && one_line, why, "%s %s: refused: %s", st->name(), name, why);
             continue;
         }
-        int rc = steps[s].forward(&run, NULL);
-        fa2_buffers_fetch(&run, 1, o, lse);
-        fa2_check_result r = fa2_check(&p, &rs, o, lse, o_ref, lse_ref);
-        snprintf(why, sizeof why, "rc %d rel_l2 %.2e max_abs %.2e lse %.2e nonfinite %ld", rc, r.rel_l2, r.max_abs,
-                 r.lse_max, r.nonfinite);
-        report(rc == 0 && r.pass, why, "%s %s", steps[s].name(), name);
+        const int config_index = st->config(&run, config, sizeof config);
+        int rc = st->forward(&run, stream);
+        if (rc) {
+            snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->last_error());
+            report(0, why, "%s %s {%s}", st->name(), name, config);
+            continue;
+        }
+        if (stream) {
+            fa2_stream_download(o_host, o_dev, o_elems * 2, stream);
+            if (lse_dev) fa2_stream_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4, stream);
+        } else {
+            fa2_device_sync();
+            fa2_device_download(o_host, o_dev, o_elems * 2);
+            if (lse_dev) fa2_device_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4);
+        }
+        const float *lse_view = lse_host ? lse_host + GUARD : NULL;
+        fa2_check_result r = fa2_check(&host_view, &rs, o_host + base, lse_view, &ref);
+        const long unwritten = fa2_count_unwritten(&host_view, o_host + base, lse_view);
+        const long outside = writes_outside(o_host, o_elems, &host_view, base) +
+                             (lse_host ? lse_writes_outside(lse_host, n_lse) : 0);
+        snprintf(why, sizeof why,
+                 "rel_l2 %.2e max_abs %.2e (x%.2f of tol) lse %.2e (x%.2f) nonfinite %ld NaN/-inf missed %ld "
+                 "unwritten %ld written outside O/LSE %ld",
+                 r.rel_l2, r.max_abs, r.o_worst, r.lse_max, r.lse_worst, r.nonfinite, r.special_missed, unwritten,
+                 outside);
+        const int ok = r.pass && unwritten == 0 && outside == 0;
+        if (ok && config_index >= 0) st->reached |= 1u << config_index;
+        report(ok, why, "%s %s {%s}", st->name(), name, config);
     }
-    if (c.packed) { /* k and v point into q's allocation */
-        run.k = run.v = NULL;
-        fa2_device_free((void *)run.q);
-        fa2_device_free(run.o);
-        fa2_device_free(run.lse);
-    } else {
-        fa2_buffers_free(&run, 1);
-    }
-    free(o), free(lse), free(o_ref), free(lse_ref);
+    if (stream) fa2_stream_destroy(stream);
+    free(o_host);
+    free(lse_host);
+    fa2_device_free(o_dev);
+    if (lse_dev) fa2_device_free(lse_dev);
+    for (int i = 0; i < n_inputs; i++) fa2_device_free(inputs[i].dev);
+    fa2_reference_free(&ref);
     fa2_rows_free(&rs);
     fa2_problem_free(&pr);
+}
+
+/* ---- the cases --------------------------------------------------------------------------- */
+
+static test_case shape(int batch, int hq, int hkv, int nq, int nk, int d, int causal, fa2_dtype t)
+{
+    test_case c;
+    memset(&c, 0, sizeof c);
+    c.batch = batch, c.hq = hq, c.hkv = hkv, c.nq = nq, c.nk = nk, c.d = d, c.causal = causal, c.t = t;
+    c.input_scale = 1.0f;
+    return c;
 }
 
 int main(int argc, char **argv)
@@ -133,27 +407,112 @@ int main(int argc, char **argv)
         return 0;
     }
     printf("# GPU matrix on %s (sm_%d%d, %d SMs)\n", dev.name, dev.sm_major, dev.sm_minor, dev.sm_count);
+    const fa2_dtype FP16 = FA2_FP16, BF16 = FA2_BF16;
+
+    /* Seqlens, causal, GQA 1 and 4, head dims, dtypes: every row checked. */
+    static const int seq_pairs[][2] = {{1, 1},    {17, 17},  {64, 64},    {127, 127}, {1000, 1000}, {1025, 1025},
+                                       {17, 64},  {64, 17},  {127, 1000}, {1000, 127}, {1, 1025},   {1025, 1}};
     for (size_t i = 0; i < sizeof seq_pairs / sizeof *seq_pairs; i++)
         for (int causal = 0; causal < 2; causal++)
             for (int gqa = 0; gqa < 2; gqa++)
                 for (int d = 64; d <= 128; d += 64)
                     for (int t = 0; t < 2; t++) {
-                        test_case c = {seq_pairs[i][0], seq_pairs[i][1], causal, gqa, d, 0, 0, (fa2_dtype)t};
-                        run_case(steps, nsteps, c);
+                        test_case c = shape(2, 4, gqa ? 1 : 4, seq_pairs[i][0], seq_pairs[i][1], d, causal, (fa2_dtype)t);
+                        run_case(steps, nsteps, &c);
                     }
+    /* Q, K, V as views of one packed tensor. */
     for (int n = 127; n <= 1000; n += 873)
         for (int d = 64; d <= 128; d += 64)
             for (int t = 0; t < 2; t++) {
-                test_case c = {n, n, 1, 0, d, 1, 0, (fa2_dtype)t};
-                run_case(steps, nsteps, c);
+                test_case c = shape(2, 4, 4, n, n, d, 1, (fa2_dtype)t);
+                c.lay = PACKED_QKV;
+                run_case(steps, nsteps, &c);
             }
-    static const int large_pairs[][2] = {{1000, 1000}, {1025, 127}};
-    for (int i = 0; i < 2; i++)
-        for (int causal = 0; causal < 2; causal++)
-            for (int d = 64; d <= 128; d += 64)
-                for (int t = 0; t < 2; t++) {
-                    test_case c = {large_pairs[i][0], large_pairs[i][1], causal, 1, d, 0, 1, (fa2_dtype)t};
-                    run_case(steps, nsteps, c);
+    /* The tile configurations: a grid of at most as many 128-row blocks as SMs, and one
+     * of three times as many; peaky inputs, GQA 3. */
+    const int heads = 6 * (dev.sm_count / 12 > 1 ? dev.sm_count / 12 : 1);
+    for (int large = 0; large < 2; large++)
+        for (int d = 64; d <= 128; d += 64)
+            for (int t = 0; t < 2; t++)
+                for (int causal = 0; causal < 2; causal++) {
+                    test_case c = shape(large ? 2 : 1, heads, heads / 3, large ? 300 : 256, 1000, d, causal, (fa2_dtype)t);
+                    c.input_scale = 4.0f, c.rescale_probe = 1;
+                    run_case(steps, nsteps, &c);
                 }
+    /* Scores in the thousands. */
+    for (int t = 0; t < 2; t++)
+        for (int big = 0; big < 2; big++)
+            for (int d = 64; d <= 128; d += 64) {
+                test_case c = shape(1, 2, 2, 300, 300, d, d == 64, (fa2_dtype)t);
+                c.input_scale = big ? 100.0f : 30.0f, c.rescale_probe = 1;
+                run_case(steps, nsteps, &c);
+            }
+    /* Layouts. */
+    for (int lay = BHSD; lay <= OFFSET_BASES; lay++)
+        for (int d = 64; d <= 128; d += 64) {
+            test_case c = shape(2, 4, 2, 200, 257, d, d == 128, d == 64 ? FP16 : BF16);
+            c.lay = (layout)lay;
+            c.may_refuse = lay == ODD_STRIDES || lay == OFFSET_BASES;
+            run_case(steps, nsteps, &c);
+        }
+    /* GQA ratios 2, 3, 8 and MQA. */
+    static const int groups[][2] = {{4, 2}, {6, 2}, {16, 2}, {8, 1}};
+    for (int g = 0; g < 4; g++)
+        for (int d = 64; d <= 128; d += 64) {
+            test_case c = shape(2, groups[g][0], groups[g][1], 257, 300, d, g % 2, d == 64 ? BF16 : FP16);
+            run_case(steps, nsteps, &c);
+        }
+    /* Long sequences (sampled rows). The unfused baseline refuses 70001 x 70001: its S would be 18 GiB. */
+    {
+        test_case c = shape(1, 2, 1, 4097, 4097, 128, 1, BF16);
+        run_case(steps, nsteps, &c);
+        c = shape(1, 1, 1, 70001, 70001, 64, 1, FP16);
+        c.may_refuse = 1;
+        run_case(steps, nsteps, &c);
+        c = shape(1, 4, 1, 1, 70001, 128, 0, FP16);
+        run_case(steps, nsteps, &c);
+        c = shape(1, 2, 2, 70001, 64, 64, 1, BF16); /* rows 0 .. 69936 see no key */
+        run_case(steps, nsteps, &c);
+    }
+    /* Q and O of more than 2^31 elements: 524,300 x 32 heads x 128. */
+    {
+        test_case c = shape(1, 32, 8, 524300, 130, 128, 0, FP16);
+        run_case(steps, nsteps, &c);
+    }
+    /* No LSE; a non-default stream; other softmax scales. */
+    for (int d = 64; d <= 128; d += 64) {
+        test_case c = shape(2, 4, 4, 300, 300, d, d == 64, d == 64 ? FP16 : BF16);
+        c.no_lse = 1;
+        run_case(steps, nsteps, &c);
+        c = shape(2, 8, 2, 1000, 1000, d, d == 128, d == 64 ? BF16 : FP16);
+        c.on_stream = 1;
+        run_case(steps, nsteps, &c);
+        c = shape(2, 4, 2, 200, 300, d, 1, d == 64 ? FP16 : BF16);
+        c.softmax_scale = d == 64 ? 0.3f : 2.0f;
+        run_case(steps, nsteps, &c);
+    }
+    /* NaN inputs (batch 0, head 0): a Q row; a K row later rows see and earlier ones do
+     * not (causal); an element of V at key 0, which every row sees. */
+    for (int t = 0; t < 2; t++) {
+        test_case c = shape(2, 4, 4, 100, 100, 64, 1, (fa2_dtype)t);
+        c.nan = NAN_Q_ROW, c.nan_row = 50;
+        run_case(steps, nsteps, &c);
+        c = shape(2, 4, 2, 100, 130, 128, 1, (fa2_dtype)t);
+        c.nan = NAN_K_ROW, c.nan_row = 97;
+        run_case(steps, nsteps, &c);
+        c = shape(2, 4, 1, 90, 200, 128, t, (fa2_dtype)t);
+        c.nan = NAN_V_ELEMENT, c.nan_row = 0, c.nan_col = 5;
+        run_case(steps, nsteps, &c);
+    }
+
+    /* Every configuration of every step ran in a passing case. */
+    for (int s = 0; s < nsteps; s++) {
+        const int n = steps[s].config_count();
+        unsigned missing = 0;
+        for (int i = 0; i < n; i++) missing |= !(steps[s].reached >> i & 1u) ? 1u << i : 0u;
+        char why[96];
+        snprintf(why, sizeof why, "configurations never reached by a passing case: mask 0x%x", missing);
+        report(missing == 0, why, "%s: every one of its %d tile configurations ran and passed", steps[s].name(), n);
+    }
     return test_failures ? 1 : 0;
 }

@@ -73,17 +73,31 @@ echo "== harness input errors: one line on stderr, nothing on stdout, exit code 
 bad_inputs=(
   "--batch 0" "--batch x" "--heads -1" "--heads 8 --kv-heads 3" "--seqlen 0" "--seqlen-q 5x" "--dim 0"
   "--dtype fp32" "--check maybe" "--iters 0" "--warmup -2" "--scale nan" "--seed" "--frobnicate"
-  "--causal=1" "positional" "--seqlen 1048576 --heads 1024" "--csv="
+  "--causal=1" "positional" "--csv=" "--seqlen 64 --seqlen-q 32" "--seqlen-k 32 --seqlen 64"
+  "--batch 2 --batch 3" "--causal --causal" "--csv $LOG/no-such-dir/out.csv"
 )
 for args in "${bad_inputs[@]}"; do
   # shellcheck disable=SC2086
   expect_error 2 "bad input '$args'" build/step00/fa2 $args
 done
 expect_error 2 "step 00 refuses --dim 300" build/step00/fa2 --dim 300
+# --csv is opened before any work: a path that cannot be written stops a large run at once.
+start=$(date +%s)
+expect_error 2 "an unwritable --csv stops the run before any work" build/step00/fa2 --seqlen 16384 --csv "$LOG/no-such-dir/x.csv"
+[ $(( $(date +%s) - start )) -le 2 ] && result PASS "... within 2 s" || result FAIL "an unwritable --csv took $(( $(date +%s) - start )) s to refuse"
+
+echo "== runtime failures: one line on stderr with the reason, exit code 4"
+expect_error 4 "a problem larger than this machine's memory" build/step00/fa2 --seqlen 1048576 --heads 1024
+# a failed host allocation, made to fail by a 300 MB address-space limit (Q alone needs 537 MB)
+expect_error 4 "a host allocation that fails" bash -c "ulimit -v 300000; exec build/step00/fa2 --batch 8 --seqlen 16384 --heads 16 --check off"
+if build/step00/fa2 --help | grep -q '4 a host allocation or a CUDA call failed'; then result PASS "--help lists the exit codes"
+else result FAIL "--help lists the exit codes"; fi
 
 echo "== step 00 through the harness binary"
 for args in "--seqlen 100 --heads 2 --batch 1" "--seqlen-q 33 --seqlen-k 150 --causal --dtype bf16 --dim 64 --heads 4 --kv-heads 1" \
-            "--seqlen-q 150 --seqlen-k 33 --causal --check full" "--seqlen 70 --scale 4 --heads 2"; do
+            "--seqlen-q 150 --seqlen-k 33 --causal --check full" "--seqlen 70 --scale 4 --heads 2" \
+            "--seqlen 300 --heads 2 --scale 30" "--seqlen 300 --heads 2 --scale 100" \
+            "--seqlen 300 --heads 2 --scale 30 --dtype bf16" "--seqlen 300 --heads 2 --scale 100 --dtype bf16"; do
   # shellcheck disable=SC2086
   expect_pass "step 00 $args" build/step00/fa2 $args --iters 1
 done
@@ -106,6 +120,9 @@ done
 if [ -f build/reference/cublas/libfa2.so ]; then result PASS "build reference/cublas_unfused"; gpu_libs+=("build/reference/cublas/libfa2.so")
 else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi
 
+# Every step's ABI, CPU step included, refuses bad params in one line and touches no memory.
+run_program abi build/tests/test_abi build/step00/libfa2.so "${gpu_libs[@]}"
+
 echo "== GPU matrix"
 # Steps built for one GPU family only: step id -> the compute capability they need
 # (elsewhere they refuse every shape, in one line, with exit code 2).
@@ -116,23 +133,49 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
   for lib in "${gpu_libs[@]}"; do
     id=$(basename "$(dirname "$lib")" | cut -c5-6)
     if [[ $lib == build/step* ]] && [ -n "${needs_cc[$id]:-}" ] && [ "${needs_cc[$id]}" != "$gpu_cc" ]; then
-      result SKIP "step $id GPU matrix and harness runs" "built for compute capability ${needs_cc[$id]} only, this GPU is $gpu_cc"
+      result SKIP "step $id GPU matrix, harness runs and sanitizer" "built for compute capability ${needs_cc[$id]} only, this GPU is $gpu_cc"
       expect_error 2 "step $id refuses this GPU" "build/step$id/fa2"
     else
       matrix_libs+=("$lib")
     fi
   done
+  # compute-sanitizer on every step while the matrix runs (tools/sanitize.sh, one log per step)
+  sanitize_pids=()
+  if command -v compute-sanitizer >/dev/null || [ -n "${COMPUTE_SANITIZER:-}" ]; then
+    for lib in "${matrix_libs[@]}"; do
+      [[ $lib == build/step* ]] || continue
+      bash tools/sanitize.sh "$(dirname "$lib")/fa2" >"$LOG/sanitize-$(basename "$(dirname "$lib")").log" 2>&1 &
+      sanitize_pids+=($!)
+    done
+  else
+    result SKIP "compute-sanitizer" "not found: it ships with the CUDA Toolkit (or set COMPUTE_SANITIZER=...)"
+  fi
   run_program gpu-matrix build/tests/gpu_matrix "${matrix_libs[@]}"
   for lib in "${matrix_libs[@]}"; do
     [[ $lib == build/step* ]] || continue
     id=$(basename "$(dirname "$lib")" | cut -c5-6)
-    for args in "" "--seqlen 1025 --causal --dtype bf16 --dim 64 --kv-heads 2"; do
+    for args in "" "--seqlen 1025 --causal --dtype bf16 --dim 64 --kv-heads 2" "--scale 30" "--scale 100" \
+                "--scale 30 --dtype bf16" "--scale 100 --dtype bf16"; do
       # shellcheck disable=SC2086
       expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
     done
   done
+  # A CUDA call that fails says why: step 02 built for a GPU family other than this one.
+  other_arch=$([ "${gpu_cc%%.*}" = 8 ] && echo 90 || echo 80)
+  if make -s BUILD=build/wrong-arch ARCH="$other_arch" build/wrong-arch/step02/fa2 >"$LOG/build-wrong-arch.log" 2>&1; then
+    expect_error 4 "step 02 built for sm_$other_arch only, on this GPU" build/wrong-arch/step02/fa2 --iters 1
+    grep -qE "no kernel image|invalid device function" "$LOG/cli.err" && result PASS "... and the line gives the runtime's reason" ||
+      result FAIL "the failed launch's line gives no reason" "$(cat "$LOG/cli.err")"
+  else
+    result FAIL "build step 02 for sm_$other_arch" "see $LOG/build-wrong-arch.log"
+  fi
+  if [ ${#sanitize_pids[@]} -gt 0 ]; then
+    echo "== compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step"
+    wait "${sanitize_pids[@]}"
+    for log in "$LOG"/sanitize-*.log; do count_lines "$log"; done
+  fi
 else
-  result SKIP "GPU matrix and harness runs of ${#gpu_libs[@]} GPU steps: no GPU on this machine (nvidia-smi found none)"
+  result SKIP "GPU matrix, harness runs and compute-sanitizer of ${#gpu_libs[@]} GPU steps: no GPU on this machine (nvidia-smi found none)"
   for lib in "${gpu_libs[@]}"; do
     bin=$(dirname "$lib")/fa2
     expect_error 3 "$bin without a GPU says so in one line" "$bin"

@@ -1,18 +1,24 @@
 /* test_cpu.c - the CPU tests: step 00's tiled online-softmax loop and its naive
  * materialise-S twin, each against the fp64 reference, and each other, on many
  * shapes (seqlen 1, tails of every tile, Nq != Nk both ways, causal rows that
- * see no key, GQA, several head dims, fp16 and bf16). */
+ * see no key, GQA, several head dims, fp16 and bf16); peaky inputs (--scale 30
+ * and 100, where LSE is in the thousands); and a NaN in Q, K or V, which must
+ * reach exactly the outputs fa2.h says it reaches. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/harness.h"
-#include "../common/numeric.h"
 #include "test_util.h"
 
 int fa2_cpu_naive_forward(const fa2_params *p);
 
-typedef struct { int batch, hq, hkv, nq, nk, d, causal; fa2_dtype t; } shape;
+typedef struct {
+    int batch, hq, hkv, nq, nk, d, causal;
+    fa2_dtype t;
+    float scale;   /* multiplies Q and K */
+    nan_site nan;  /* where a NaN goes (batch 0, head 0) */
+    int nan_row, nan_col;
+} shape;
 
 static int rows_without_keys(const fa2_params *p) /* causal rows i with i + Nk - Nq < 0 */
 {
@@ -49,11 +55,15 @@ static void run_shape(shape s)
     p.batch = s.batch, p.heads_q = s.hq, p.heads_kv = s.hkv, p.seqlen_q = s.nq, p.seqlen_k = s.nk;
     p.head_dim = s.d, p.causal = s.causal, p.dtype = s.t, p.softmax_scale = 1.0f / sqrtf((float)s.d);
     fa2_problem pr;
-    fa2_problem_make(&pr, &p, 7 + s.nq * 31 + s.nk, 1.0f);
+    fa2_problem_make(&pr, &p, 7 + s.nq * 31 + s.nk, s.scale);
+    put_nan(&pr, s.nan, s.nan_row, s.nan_col);
 
-    char name[160], why[200];
+    char name[200], why[240];
     snprintf(name, sizeof name, "B%d H%d/%d Nq%d Nk%d d%d %s %s", s.batch, s.hq, s.hkv, s.nq, s.nk, s.d,
              s.causal ? "causal" : "non-causal", fa2_dtype_name(s.t));
+    if (s.scale != 1.0f) snprintf(name + strlen(name), sizeof name - strlen(name), " scale %g", (double)s.scale);
+    if (s.nan)
+        snprintf(name + strlen(name), sizeof name - strlen(name), " %s %d", nan_site_names[s.nan], s.nan_row);
     size_t nq = fa2_numel_q(&pr.p), nl = fa2_numel_lse(&pr.p);
     uint16_t *o_tiled = malloc(nq * 2), *o_naive = malloc(nq * 2);
     float *l_tiled = malloc(nl * 4), *l_naive = malloc(nl * 4);
@@ -67,19 +77,30 @@ static void run_shape(shape s)
     fa2_buffers_fetch(&run, 0, o_naive, l_naive);
     fa2_buffers_free(&run, 0);
 
-    fa2_check_result ct = fa2_check_problem(&pr, CHECK_FULL, o_tiled, l_tiled);
-    fa2_check_result cn = fa2_check_problem(&pr, CHECK_FULL, o_naive, l_naive);
-    snprintf(why, sizeof why, "rc %d rel_l2 %.2e max_abs %.2e lse %.2e nonfinite %ld", rc, ct.rel_l2, ct.max_abs,
-             ct.lse_max, ct.nonfinite);
+    fa2_row_set rs;
+    fa2_rows_all(&rs, &pr.p);
+    fa2_reference ref;
+    fa2_reference_alloc(&ref, &rs, s.d);
+    fa2_reference_rows(&pr, &rs, &ref);
+    fa2_check_result ct = fa2_check(&pr.p, &rs, o_tiled, l_tiled, &ref);
+    fa2_check_result cn = fa2_check(&pr.p, &rs, o_naive, l_naive, &ref);
+    const long nans = reference_nans(&ref, &rs, s.d);
+    snprintf(why, sizeof why, "rc %d rel_l2 %.2e max_abs %.2e lse %.2e (x%.2f of tol) nonfinite %ld missed %ld unwritten %ld",
+             rc, ct.rel_l2, ct.max_abs, ct.lse_max, ct.lse_worst, ct.nonfinite, ct.special_missed, ct.unwritten);
     report(rc == 0 && ct.pass, why, "step00 tiled vs fp64 %s", name);
-    snprintf(why, sizeof why, "rel_l2 %.2e max_abs %.2e lse %.2e nonfinite %ld", cn.rel_l2, cn.max_abs, cn.lse_max,
-             cn.nonfinite);
+    snprintf(why, sizeof why, "rel_l2 %.2e max_abs %.2e lse %.2e (x%.2f of tol) nonfinite %ld missed %ld unwritten %ld",
+             cn.rel_l2, cn.max_abs, cn.lse_max, cn.lse_worst, cn.nonfinite, cn.special_missed, cn.unwritten);
     report(cn.pass, why, "step00 naive vs fp64 %s", name);
+    if (s.nan) {
+        snprintf(why, sizeof why, "the reference has no NaN: the NaN reaches nothing, and the case proves nothing");
+        report(nans > 0, why, "step00 %s reaches %ld reference entries", name, nans);
+    }
 
-    /* tiled vs naive directly: they differ only by the rounding of P */
+    /* tiled vs naive directly: they differ only by the rounding of P (NaN where both are) */
     double e2 = 0, r2 = 0;
     for (size_t i = 0; i < nq; i++) {
         double a = fa2_to_float(o_tiled[i], s.t), b = fa2_to_float(o_naive[i], s.t);
+        if (isnan(a) && isnan(b)) continue;
         e2 += (a - b) * (a - b);
         r2 += b * b;
     }
@@ -92,6 +113,8 @@ static void run_shape(shape s)
         report(ok, why, "step00 rows with no visible key give O=0, LSE=-inf %s", name);
     }
     free(o_tiled), free(o_naive), free(l_tiled), free(l_naive);
+    fa2_reference_free(&ref);
+    fa2_rows_free(&rs);
     fa2_problem_free(&pr);
 }
 
@@ -102,11 +125,33 @@ int main(void)
     for (size_t i = 0; i < sizeof seqs / sizeof *seqs; i++)
         for (int causal = 0; causal < 2; causal++)
             for (size_t j = 0; j < sizeof dims / sizeof *dims; j++) {
-                shape s = {1, 2, 2, seqs[i][0], seqs[i][1], dims[j], causal, j % 2 ? FA2_BF16 : FA2_FP16};
+                shape s = {1, 2, 2, seqs[i][0], seqs[i][1], dims[j], causal, j % 2 ? FA2_BF16 : FA2_FP16, 1.0f, NAN_NONE, 0, 0};
                 run_shape(s);
             }
-    shape gqa = {2, 8, 2, 70, 90, 64, 1, FA2_BF16}, gqa2 = {2, 4, 1, 130, 66, 128, 0, FA2_FP16};
+    shape gqa = {2, 8, 2, 70, 90, 64, 1, FA2_BF16, 1.0f, NAN_NONE, 0, 0};
+    shape gqa2 = {2, 4, 1, 130, 66, 128, 0, FA2_FP16, 1.0f, NAN_NONE, 0, 0};
     run_shape(gqa);
     run_shape(gqa2);
+
+    /* Peaky inputs: scores in the thousands, LSE too; every key tile after the first
+     * can move the running max by far more than 2^8. */
+    for (int t = 0; t < 2; t++)
+        for (int causal = 0; causal < 2; causal++) {
+            shape peaky = {1, 2, 1, 150, 200, 128, causal, (fa2_dtype)t, t ? 100.0f : 30.0f, NAN_NONE, 0, 0};
+            run_shape(peaky);
+            peaky.scale = t ? 30.0f : 100.0f;
+            run_shape(peaky);
+        }
+
+    /* NaN inputs (batch 0, head 0): a Q row; a K row that later query rows see and
+     * earlier ones do not (causal); a V element of key 0, which every row sees. */
+    for (int t = 0; t < 2; t++) {
+        shape q_nan = {1, 2, 2, 100, 100, 64, 1, (fa2_dtype)t, 1.0f, NAN_Q_ROW, 50, 0};
+        shape k_nan = {1, 2, 2, 100, 130, 64, 1, (fa2_dtype)t, 1.0f, NAN_K_ROW, 97, 0};
+        shape v_nan = {1, 2, 1, 90, 100, 128, t, (fa2_dtype)t, 1.0f, NAN_V_ELEMENT, 0, 5};
+        run_shape(q_nan);
+        run_shape(k_nan);
+        run_shape(v_nan);
+    }
     return test_failures ? 1 : 0;
 }

@@ -1,15 +1,20 @@
-/* test_util.h - every test program prints one line per case, "PASS name" or
- * "FAIL name: why"; tests/run.sh counts them. */
+/* test_util.h - what the test programs share: every case prints one line,
+ * "PASS name" or "FAIL name: why", which tests/run.sh counts; and the inputs
+ * that carry a NaN, for the tests of fa2.h's non-finite semantics. */
 #ifndef FA2_TEST_UTIL_H
 #define FA2_TEST_UTIL_H
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+
+#include "../common/harness.h"
+#include "../common/numeric.h"
 
 static int test_failures;
 
 /* Prints PASS or FAIL with the formatted case name (and detail on failure). */
-static void report(int ok, const char *detail, const char *fmt, ...)
+static inline void report(int ok, const char *detail, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -20,6 +25,34 @@ static void report(int ok, const char *detail, const char *fmt, ...)
     putchar('\n');
     fflush(stdout);
     test_failures += !ok;
+}
+
+/* Where a NaN goes: none, a whole row of Q, a whole row of K, one element of V. */
+typedef enum { NAN_NONE, NAN_Q_ROW, NAN_K_ROW, NAN_V_ELEMENT } nan_site;
+static const char *const nan_site_names[] = {"", "NaN in Q row", "NaN in K row", "NaN in V element"};
+
+/* Puts a NaN into the dense inputs of pr, batch 0, head 0 (kv head 0): Q row
+ * `row`, K row `row`, or V[row][col]. */
+static inline void put_nan(fa2_problem *pr, nan_site site, int row, int col)
+{
+    const fa2_params *p = &pr->p;
+    const uint16_t nan16 = fa2_from_float(NAN, p->dtype);
+    const size_t q_row = (size_t)row * p->q_row_stride, kv_row = (size_t)row * p->k_row_stride;
+    switch (site) {
+    case NAN_NONE: break;
+    case NAN_Q_ROW: for (int c = 0; c < p->head_dim; c++) pr->q[q_row + c] = nan16; break;
+    case NAN_K_ROW: for (int c = 0; c < p->head_dim; c++) pr->k[kv_row + c] = nan16; break;
+    case NAN_V_ELEMENT: pr->v[kv_row + col] = nan16; break;
+    }
+}
+
+/* Entries of the reference that are NaN: a NaN test that reaches none proves nothing. */
+static inline long reference_nans(const fa2_reference *ref, const fa2_row_set *rs, int head_dim)
+{
+    long n = 0;
+    for (size_t i = 0; i < (size_t)rs->n * head_dim; i++) n += isnan(ref->o[i]);
+    for (int i = 0; i < rs->n; i++) n += isnan(ref->lse[i]);
+    return n;
 }
 
 #endif

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# make step=NN sanitize: compute-sanitizer's four tools (memcheck, racecheck,
-# synccheck, initcheck) on the shapes below. Passes only if every run reports 0 errors.
+# make step=NN sanitize (and make test on a GPU): compute-sanitizer's four tools
+# (memcheck, racecheck, synccheck, initcheck) on the shapes below, each line naming
+# the tile configuration that ran. Passes only if every run reports 0 errors.
 # usage: bash tools/sanitize.sh BINARY
 set -uo pipefail
 bin=$1
@@ -8,13 +9,14 @@ CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
 if [ -z "$CS" ]; then
   echo "error: compute-sanitizer not found: it ships with the CUDA Toolkit (or set COMPUTE_SANITIZER=...)"; exit 2
 fi
-# small; tails, causal, GQA, Nq < Nk; causal Nq > Nk (blocks whose rows see no key); a grid
-# larger than the GPU (a step may choose another tile configuration for it), at d128 and, causal
+# small (a grid smaller than the GPU); tails, causal, GQA, Nq < Nk; causal Nq > Nk (blocks
+# whose rows see no key); grids larger than the GPU (a step may choose another tile
+# configuration for them) at d128 with peaky inputs (the lazy O rescale runs) and, causal
 # with Nq > Nk, at d64
 shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
         "--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16"
         "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal"
-        "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 128"
+        "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 128 --scale 4"
         "--batch 2 --heads 80 --kv-heads 20 --seqlen-q 300 --seqlen-k 260 --dim 64 --causal")
 failed=0
 for tool in memcheck racecheck synccheck initcheck; do
@@ -23,8 +25,9 @@ for tool in memcheck racecheck synccheck initcheck; do
     out=$("$CS" --tool "$tool" --error-exitcode 9 "$bin" $shape --warmup 0 --iters 1 --check full 2>&1)
     rc=$?
     summary=$(echo "$out" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -n 1)
-    if [ $rc -eq 0 ]; then echo "PASS $tool $shape: ${summary:-no errors}"
-    else failed=$((failed + 1)); echo "FAIL $tool $shape (exit $rc): ${summary}"; echo "$out" | grep -m 5 -E "=========" ; fi
+    config=$(echo "$out" | grep -o '\[[^]]*\]' | head -n 1)
+    if [ $rc -eq 0 ]; then echo "PASS $tool $(basename "$(dirname "$bin")") $shape $config: ${summary:-no errors}"
+    else failed=$((failed + 1)); echo "FAIL $tool $(basename "$(dirname "$bin")") $shape $config (exit $rc): ${summary}"; echo "$out" | grep -m 5 -E "=========|error" ; fi
   done
 done
 [ $failed -eq 0 ]

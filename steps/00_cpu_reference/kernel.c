@@ -23,8 +23,8 @@
 #include <string.h>
 
 #include "../../common/fa2.h"
-#include "../../common/harness.h"
 #include "../../common/numeric.h"
+#include "../../common/validate.h"
 
 enum { BLOCK_M = 64, BLOCK_N = 64, MAX_DIM = 256 };
 
@@ -57,22 +57,25 @@ static void forward_tile(const fa2_params *p, int b, int h, int m0, int rows)
     for (long long n0 = 0; n0 < key_end; n0 += BLOCK_N) {
         int cols = (int)(key_end - n0 < BLOCK_N ? key_end - n0 : BLOCK_N);
         for (int r = 0; r < rows; r++) {
+            /* Causal: row m0 + r sees keys up to m0 + r + shift; none of this tile -> skip it. */
+            long long visible_end = p->causal ? m0 + r + shift + 1 : p->seqlen_k;
+            if (visible_end <= n0) continue;
             float row_max = -INFINITY;
             for (int j = 0; j < cols; j++) {
                 const uint16_t *krow = row_of(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, b,
                                               (int)(n0 + j), hk);
                 float acc = 0;
                 for (int c = 0; c < d; c++) acc += q[r][c] * fa2_to_float(krow[c], p->dtype);
-                int visible = !p->causal || n0 + j <= m0 + r + shift;
-                s[r][j] = visible ? acc * p->softmax_scale : -INFINITY;
-                if (s[r][j] > row_max) row_max = s[r][j];
+                s[r][j] = n0 + j < visible_end ? acc * p->softmax_scale : -INFINITY;
+                if (s[r][j] > row_max) row_max = s[r][j]; /* a NaN score is skipped here ... */
             }
             float m_new = row_max > m[r] ? row_max : m[r];
-            if (m_new == -INFINITY) continue; /* nothing visible yet: keep O = 0, l = 0 */
-            float correction = expf(m[r] - m_new); /* exp(-inf) = 0 on the first visible tile */
+            /* exp(-inf) = 0 on the first visible tile. (If every score seen so far is
+             * NaN, m_new is still -inf and this is NaN, as IEEE arithmetic has it.) */
+            float correction = expf(m[r] - m_new);
             float row_sum = 0;
             for (int j = 0; j < cols; j++) {
-                float prob = expf(s[r][j] - m_new);
+                float prob = expf(s[r][j] - m_new);  /* ... but not here: NaN reaches l and O */
                 row_sum += prob;                      /* l sums fp32 P, as the GPU's registers do */
                 s[r][j] = fa2_round(prob, p->dtype); /* P.V sees P rounded, as the tensor cores will */
             }
@@ -87,12 +90,13 @@ static void forward_tile(const fa2_params *p, int b, int h, int m0, int rows)
         }
     }
 
+    /* l is exactly 0 only for a row that saw no key (the max's own term is 1);
+     * such a row writes O = 0 and LSE = -inf. A NaN l gives NaN O and LSE. */
     for (int r = 0; r < rows; r++) {
         uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + (m0 + r) * p->o_row_stride + h * p->o_head_stride;
-        float inv_l = l[r] > 0 ? 1.0f / l[r] : 0.0f; /* a row that saw no key writes O = 0 */
-        for (int c = 0; c < d; c++) orow[c] = fa2_from_float(o[r][c] * inv_l, p->dtype);
+        for (int c = 0; c < d; c++) orow[c] = fa2_from_float(l[r] != 0 ? o[r][c] / l[r] : 0.0f, p->dtype);
         if (p->lse)
-            p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + m0 + r] = l[r] > 0 ? m[r] + logf(l[r]) : -INFINITY;
+            p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + m0 + r] = l[r] != 0 ? m[r] + logf(l[r]) : -INFINITY;
     }
 }
 
@@ -119,32 +123,35 @@ int fa2_cpu_naive_forward(const fa2_params *p)
     const int d = p->head_dim, group = p->heads_q / p->heads_kv;
     const long long shift = (long long)p->seqlen_k - p->seqlen_q;
     float *s = malloc(sizeof(float) * (size_t)p->seqlen_k), *o = malloc(sizeof(float) * (size_t)d);
-    if (!s || !o) abort();
+    if (!s || !o) {
+        free(s);
+        free(o);
+        return fa2_fail("malloc", "out of host memory for one row of scores");
+    }
     for (int b = 0; b < p->batch; b++)
         for (int h = 0; h < p->heads_q; h++)
             for (int i = 0; i < p->seqlen_q; i++) {
                 const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, i, h);
+                const long long visible = p->causal ? (long long)i + shift + 1 : p->seqlen_k; /* keys 0 .. visible - 1 */
                 float mx = -INFINITY, sum = 0;
-                for (int j = 0; j < p->seqlen_k; j++) {
+                memset(o, 0, sizeof(float) * (size_t)d);
+                for (long long j = 0; j < visible && j < p->seqlen_k; j++) {
                     const uint16_t *krow = row_of(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, b,
-                                                  j, h / group);
+                                                  (int)j, h / group);
                     float acc = 0;
                     for (int c = 0; c < d; c++) acc += fa2_to_float(qrow[c], p->dtype) * fa2_to_float(krow[c], p->dtype);
-                    s[j] = (!p->causal || j <= i + shift) ? acc * p->softmax_scale : -INFINITY;
+                    s[j] = acc * p->softmax_scale;
                     if (s[j] > mx) mx = s[j];
                 }
-                memset(o, 0, sizeof(float) * (size_t)d);
-                if (mx > -INFINITY) {
-                    for (int j = 0; j < p->seqlen_k; j++) sum += (s[j] = expf(s[j] - mx));
-                    for (int j = 0; j < p->seqlen_k; j++) {
-                        const uint16_t *vrow = row_of(p->v, p->v_batch_stride, p->v_row_stride,
-                                                      p->v_head_stride, b, j, h / group);
-                        for (int c = 0; c < d; c++) o[c] += s[j] / sum * fa2_to_float(vrow[c], p->dtype);
-                    }
+                for (long long j = 0; j < visible && j < p->seqlen_k; j++) sum += (s[j] = expf(s[j] - mx));
+                for (long long j = 0; j < visible && j < p->seqlen_k; j++) {
+                    const uint16_t *vrow = row_of(p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, b,
+                                                  (int)j, h / group);
+                    for (int c = 0; c < d; c++) o[c] += s[j] / sum * fa2_to_float(vrow[c], p->dtype);
                 }
                 uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;
                 for (int c = 0; c < d; c++) orow[c] = fa2_from_float(o[c], p->dtype);
-                if (p->lse) p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + i] = mx > -INFINITY ? mx + logf(sum) : -INFINITY;
+                if (p->lse) p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + i] = visible > 0 ? mx + logf(sum) : -INFINITY;
             }
     free(s);
     free(o);
@@ -159,6 +166,16 @@ int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         return 0;
     }
     return 1;
+}
+
+int fa2_config_count(void) { return 1; }
+
+int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    snprintf(what, what_len, "%d x %d tiles, %lld query tiles over OpenMP threads", BLOCK_M, BLOCK_N,
+             (long long)p->batch * p->heads_q * ((p->seqlen_q + BLOCK_M - 1) / BLOCK_M));
+    return 0;
 }
 
 const char *fa2_name(void) { return "00_cpu_reference"; }

@@ -17,7 +17,7 @@
 #include <stdio.h>
 
 #include "../../common/fa2.h"
-#include "../../common/harness.h"
+#include "../../common/validate.h"
 
 constexpr int BLOCK_M = 32;  // query rows per block
 constexpr int BLOCK_N = 32;  // key rows per iteration
@@ -116,14 +116,16 @@ __global__ void __launch_bounds__(THREADS) fa2_scalar_kernel(fa2_params p)
         }
     }
 
-    // Deferred normalisation, once per row; a row that saw no key writes O = 0, LSE = -inf.
+    // Deferred normalisation, once per row. l is exactly 0 only for a row that saw
+    // no key (the max's own term is exp(0) = 1): it writes O = 0, LSE = -inf. A NaN
+    // that reached the row made l NaN, and O and LSE follow.
     if (m0 + row < p.seqlen_q) {
-        float inv_l = l_run > 0.0f ? 1.0f / l_run : 0.0f;
+        const float inv_l = l_run != 0.0f ? 1.0f / l_run : 0.0f;
         T *o = (T *)p.o + b * p.o_batch_stride + (m0 + row) * p.o_row_stride + h * p.o_head_stride;
         for (int j = 0; j < D / THREADS_PER_ROW; j++)
             o[lane_in_row + THREADS_PER_ROW * j] = from_float<T>(o_acc[j] * inv_l);
         if (p.lse && lane_in_row == 0)
-            p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + m0 + row] = l_run > 0.0f ? m_run + logf(l_run) : -INFINITY;
+            p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + m0 + row] = l_run != 0.0f ? m_run + logf(l_run) : -INFINITY;
     }
 }
 
@@ -131,11 +133,11 @@ template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
     const size_t smem_bytes = sizeof(float) * ((BLOCK_M + 2 * BLOCK_N) * D + BLOCK_M * BLOCK_N);
-    if (cudaFuncSetAttribute(fa2_scalar_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes))
-        return FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_scalar_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem_bytes));
     dim3 grid((p->seqlen_q + BLOCK_M - 1) / BLOCK_M, p->heads_q, p->batch);
     fa2_scalar_kernel<T, D><<<grid, THREADS, smem_bytes, stream>>>(*p);
-    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaGetLastError());
+    return FA2_OK;
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -151,6 +153,16 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         return 0;
     }
     return 1;
+}
+
+extern "C" int fa2_config_count(void) { return 1; }
+
+extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    snprintf(what, what_len, "%d query rows x %d keys, %d threads, %lld blocks", BLOCK_M, BLOCK_N, THREADS,
+             (long long)((p->seqlen_q + BLOCK_M - 1) / BLOCK_M) * p->heads_q * p->batch);
+    return 0;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)

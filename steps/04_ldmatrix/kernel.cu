@@ -23,7 +23,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/harness.h"
+#include "../../common/validate.h"
 
 constexpr int BLOCK_M = 64;  // query rows per block
 constexpr int BLOCK_N = 64;  // key rows per iteration of the main loop
@@ -267,14 +267,14 @@ __global__ void __launch_bounds__(THREADS) fa2_mma_kernel(fa2_params p)
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
         const int row = m0 + q_row + 8 * r;
         if (row >= p.seqlen_q) continue;
-        const float inv_l = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;  // a row that saw no key writes O = 0
+        const float inv_l = l_run[r] != 0.0f ? 1.0f / l_run[r] : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
         uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)row * p.o_row_stride + h * p.o_head_stride;
 #pragma unroll
         for (int dt = 0; dt < D / MMA_N; dt++)
             *reinterpret_cast<uint32_t *>(o + dt * MMA_N + 2 * t) = pack2<T>(o_acc[dt][2 * r] * inv_l, o_acc[dt][2 * r + 1] * inv_l);
         if (p.lse && t == 0)
             p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + row] =
-                l_run[r] > 0.0f ? (m_run[r] + log2f(l_run[r])) * LN2 : -INFINITY;
+                l_run[r] != 0.0f ? (m_run[r] + log2f(l_run[r])) * LN2 : -INFINITY;
     }
 }
 
@@ -284,11 +284,11 @@ template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
     const int smem_bytes = (BLOCK_M + 2 * BLOCK_N) * D * 2;
-    if (cudaFuncSetAttribute(fa2_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes))
-        return FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     dim3 grid((p->seqlen_q + BLOCK_M - 1) / BLOCK_M, p->heads_q, p->batch);
     fa2_mma_kernel<T, D><<<grid, THREADS, smem_bytes, stream>>>(*p);
-    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaGetLastError());
+    return FA2_OK;
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -299,23 +299,22 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         return 0;
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
-    const int64_t strides[] = {p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->k_batch_stride,
-                               p->k_row_stride,   p->k_head_stride, p->v_batch_stride, p->v_row_stride,
-                               p->v_head_stride, p->o_batch_stride, p->o_row_stride, p->o_head_stride};
-    for (size_t i = 0; i < sizeof strides / sizeof *strides; i++)
-        if (strides[i] % 8) {
-            if (why) snprintf(why, why_len, "stride %lld (allowed: multiples of 8 elements, for 16-byte loads)", (long long)strides[i]);
-            return 0;
-        }
-    if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v | (uintptr_t)p->o) % 16) {
-        if (why) snprintf(why, why_len, "q, k, v, o must be 16-byte aligned");
-        return 0;
-    }
+    if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
     if (p->heads_q > 65535 || p->batch > 65535) {
         if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
         return 0;
     }
     return 1;
+}
+
+extern "C" int fa2_config_count(void) { return 1; }
+
+extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    snprintf(what, what_len, "%d query rows x %d keys, %d warps, %lld blocks", BLOCK_M, BLOCK_N, WARPS,
+             (long long)((p->seqlen_q + BLOCK_M - 1) / BLOCK_M) * p->heads_q * p->batch);
+    return 0;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)

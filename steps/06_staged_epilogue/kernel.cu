@@ -48,7 +48,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/harness.h"
+#include "../../common/validate.h"
 
 constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
 constexpr float LOG2E = 1.4426950408889634f;
@@ -496,14 +496,14 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
             l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 1);
             l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 2);
             const int row = warp_row0 + mt * MMA_M + g + 8 * r;
-            const float inv_l = l_run[mt][r] > 0.0f ? 1.0f / l_run[mt][r] : 0.0f;  // a row that saw no key writes O = 0
+            const float inv_l = l_run[mt][r] != 0.0f ? 1.0f / l_run[mt][r] : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
 #pragma unroll
             for (int dt = 0; dt < D / MMA_N; dt++)
                 *reinterpret_cast<uint32_t *>(&o_smem[row][swizzle(row, dt * MMA_N + 2 * t)]) =
                     pack2<T>(o_acc[mt][dt][2 * r] * inv_l, o_acc[mt][dt][2 * r + 1] * inv_l);
             if (p.lse && t == 0 && m0 + row < p.seqlen_q)
                 p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + m0 + row] =
-                    l_run[mt][r] > 0.0f ? (m_run[mt][r] + log2f(l_run[mt][r])) * LN2 : -INFINITY;
+                    l_run[mt][r] != 0.0f ? (m_run[mt][r] + log2f(l_run[mt][r])) * LN2 : -INFINITY;
         }
     __syncthreads();
 
@@ -527,23 +527,33 @@ template <typename T, int D, typename C>
 static int launch_with(const fa2_params *p, cudaStream_t stream)
 {
     const int smem_bytes = (C::BLOCK_M + 2 * STAGES * C::BLOCK_N) * D * 2;
-    if (cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes))
-        return FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
     fa2_mma_kernel<T, D, C><<<grid, C::THREADS, smem_bytes, stream>>>(*p);
-    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+    FA2_CUDA_TRY(cudaGetLastError());
+    return FA2_OK;
 }
 
-// Picks the configuration by how many blocks each SM would get.
+// The configuration a launch takes, by how many blocks each SM would get:
+// SmallGridConfig when every block has an SM to itself.
+enum { LARGE_GRID = 0, SMALL_GRID = 1, CONFIGS = 2 };
+static cudaError_t choose_config(const fa2_params *p, int *config, long long *blocks, int *sm_count)
+{
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device);
+    *blocks = (long long)((p->seqlen_q + LargeGridConfig::BLOCK_M - 1) / LargeGridConfig::BLOCK_M) * p->heads_q * p->batch;
+    *config = *blocks <= *sm_count ? SMALL_GRID : LARGE_GRID;
+    return err;
+}
+
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    int device = 0, sm_count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return FA2_ERR_LAUNCH;
-    const long long blocks = (long long)((p->seqlen_q + LargeGridConfig::BLOCK_M - 1) / LargeGridConfig::BLOCK_M) * p->heads_q * p->batch;
-    return blocks <= sm_count ? launch_with<T, D, SmallGridConfig>(p, stream) : launch_with<T, D, LargeGridConfig>(p, stream);
+    int config = 0, sm_count = 0;
+    long long blocks = 0;
+    FA2_CUDA_TRY(choose_config(p, &config, &blocks, &sm_count));
+    return config == SMALL_GRID ? launch_with<T, D, SmallGridConfig>(p, stream) : launch_with<T, D, LargeGridConfig>(p, stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -554,23 +564,37 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         return 0;
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
-    const int64_t strides[] = {p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->k_batch_stride,
-                               p->k_row_stride,   p->k_head_stride, p->v_batch_stride, p->v_row_stride,
-                               p->v_head_stride, p->o_batch_stride, p->o_row_stride, p->o_head_stride};
-    for (size_t i = 0; i < sizeof strides / sizeof *strides; i++)
-        if (strides[i] % 8) {
-            if (why) snprintf(why, why_len, "stride %lld (allowed: multiples of 8 elements, for 16-byte loads)", (long long)strides[i]);
-            return 0;
-        }
-    if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v | (uintptr_t)p->o) % 16) {
-        if (why) snprintf(why, why_len, "q, k, v, o must be 16-byte aligned");
-        return 0;
-    }
+    if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
     if (p->heads_q > 65535 || p->batch > 65535) {
         if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
         return 0;
     }
     return 1;
+}
+
+extern "C" int fa2_config_count(void) { return CONFIGS; }
+
+template <typename C>
+static void describe(char *what, size_t what_len, long long blocks, int sm_count)
+{
+    snprintf(what, what_len, "%d warps x %d m-tiles, %d keys per tile: %lld blocks %s %d SMs", C::WARPS, C::M_TILES,
+             C::BLOCK_N, blocks, blocks <= sm_count ? "<=" : ">", sm_count);
+}
+
+extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    int config = 0, sm_count = 0;
+    long long blocks = 0;
+    const cudaError_t err = choose_config(p, &config, &blocks, &sm_count);
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // leave no error behind for the caller
+        snprintf(what, what_len, "no GPU answers (%s): the choice depends on its SM count", cudaGetErrorString(err));
+        return -1;
+    }
+    if (config == SMALL_GRID) describe<SmallGridConfig>(what, what_len, blocks, sm_count);
+    else describe<LargeGridConfig>(what, what_len, blocks, sm_count);
+    return config;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)

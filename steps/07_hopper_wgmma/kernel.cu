@@ -43,7 +43,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/harness.h"
+#include "../../common/validate.h"
 
 constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
@@ -584,7 +584,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     for (int r = 0; r < 2; r++) {
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
-        const float inv_l = l_run[r] > 0.0f ? 1.0f / l_run[r] : 0.0f;  // a row that saw no key writes O = 0
+        const float inv_l = l_run[r] != 0.0f ? 1.0f / l_run[r] : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
         const int row = warp * 16 + g + 8 * r;                          // within the consumer's 64 rows
 #pragma unroll
         for (int q = 0; q < D / 8; q++) {
@@ -597,7 +597,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
         const int q_row = row0 + 8 * r;
         if (p.lse && t == 0 && q_row < p.seqlen_q)
             p.lse[((int64_t)w.b * p.heads_q + w.h) * p.seqlen_q + q_row] =
-                l_run[r] > 0.0f ? (m_run[r] + log2f(l_run[r])) * LN2 : -INFINITY;
+                l_run[r] != 0.0f ? (m_run[r] + log2f(l_run[r])) * LN2 : -INFINITY;
     }
     fence_proxy_async();  // the stores above, before the copy engine reads them
     named_barrier_sync(NB::EPILOGUE + c, WARPGROUP);
@@ -675,48 +675,67 @@ static PFN_cuTensorMapEncodeTiled_v12000 tensor_map_encoder(void)
 // A tensor map over one of Q, K, V, O: 4 dims, innermost first (head_dim, seqlen,
 // heads, batch), strides in bytes for the outer three. A box is [box_rows][64] of
 // one head: rows past seqlen belong to no other head, they are outside the tensor.
-static bool make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, int head_dim, int seqlen, int heads,
-                            int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows)
+// Returns the driver's result (CUDA_SUCCESS = 0), or -1 if the driver has no encoder.
+static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, int head_dim, int seqlen, int heads,
+                           int batch, int64_t row_stride, int64_t head_stride, int64_t batch_stride, int box_rows)
 {
     PFN_cuTensorMapEncodeTiled_v12000 encode = tensor_map_encoder();
-    if (!encode) return false;
+    if (!encode) return -1;
     const cuuint64_t dims[4] = {(cuuint64_t)head_dim, (cuuint64_t)seqlen, (cuuint64_t)heads, (cuuint64_t)batch};
     const cuuint64_t strides[3] = {(cuuint64_t)row_stride * 2, (cuuint64_t)head_stride * 2, (cuuint64_t)batch_stride * 2};
     const cuuint32_t box[4] = {SLAB_COLS, (cuuint32_t)box_rows, 1, 1};
     const cuuint32_t element_strides[4] = {1, 1, 1, 1};
     return encode(map, dtype == FA2_FP16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
                   (void *)base, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                  CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+                  CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
 template <typename T, int D, typename C>
 static int launch_with(const fa2_params *p, cudaStream_t stream)
 {
     using L = SmemLayout<D, C>;
-    CUtensorMap q_map, k_map, v_map, o_map;
-    if (!make_tensor_map(&q_map, p->q, p->dtype, D, p->seqlen_q, p->heads_q, p->batch, p->q_row_stride, p->q_head_stride, p->q_batch_stride, WG_M) ||
-        !make_tensor_map(&k_map, p->k, p->dtype, D, p->seqlen_k, p->heads_kv, p->batch, p->k_row_stride, p->k_head_stride, p->k_batch_stride, C::BLOCK_N) ||
-        !make_tensor_map(&v_map, p->v, p->dtype, D, p->seqlen_k, p->heads_kv, p->batch, p->v_row_stride, p->v_head_stride, p->v_batch_stride, C::BLOCK_N) ||
-        !make_tensor_map(&o_map, p->o, p->dtype, D, p->seqlen_q, p->heads_q, p->batch, p->o_row_stride, p->o_head_stride, p->o_batch_stride, WG_M))
-        return FA2_ERR_LAUNCH;
-    if (cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES))
-        return FA2_ERR_LAUNCH;
+    CUtensorMap maps[4];
+    const int results[4] = {
+        make_tensor_map(&maps[0], p->q, p->dtype, D, p->seqlen_q, p->heads_q, p->batch, p->q_row_stride, p->q_head_stride, p->q_batch_stride, WG_M),
+        make_tensor_map(&maps[1], p->k, p->dtype, D, p->seqlen_k, p->heads_kv, p->batch, p->k_row_stride, p->k_head_stride, p->k_batch_stride, C::BLOCK_N),
+        make_tensor_map(&maps[2], p->v, p->dtype, D, p->seqlen_k, p->heads_kv, p->batch, p->v_row_stride, p->v_head_stride, p->v_batch_stride, C::BLOCK_N),
+        make_tensor_map(&maps[3], p->o, p->dtype, D, p->seqlen_q, p->heads_q, p->batch, p->o_row_stride, p->o_head_stride, p->o_batch_stride, WG_M)};
+    static const char *const tensors[4] = {"q", "k", "v", "o"};
+    for (int i = 0; i < 4; i++)
+        if (results[i] != 0) {
+            char reason[96];
+            if (results[i] < 0) snprintf(reason, sizeof reason, "the driver has no tensor-map encoder (older than CUDA 12)");
+            else snprintf(reason, sizeof reason, "CUresult %d for the tensor map of %s", results[i], tensors[i]);
+            return fa2_fail("cuTensorMapEncodeTiled", reason);
+        }
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
     dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
-    fa2_wgmma_kernel<T, D, C><<<grid, C::THREADS, L::BYTES, stream>>>(*p, q_map, k_map, v_map, o_map);
-    return cudaGetLastError() == cudaSuccess ? FA2_OK : FA2_ERR_LAUNCH;
+    fa2_wgmma_kernel<T, D, C><<<grid, C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
+    FA2_CUDA_TRY(cudaGetLastError());
+    return FA2_OK;
 }
 
-// Picks the configuration by how many 128-row blocks the grid has.
+// A launch takes LargeGridConfig when the grid has more 128-row blocks than the
+// GPU has SMs (the two configurations differ at d64 only).
+template <int D>
+static cudaError_t grid_is_large(const fa2_params *p, bool *large, long long *blocks, int *sm_count)
+{
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device);
+    *blocks = (long long)((p->seqlen_q + SmallGridConfig<D>::BLOCK_M - 1) / SmallGridConfig<D>::BLOCK_M) * p->heads_q * p->batch;
+    *large = *blocks > *sm_count;
+    return err;
+}
+
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    int device = 0, sm_count = 0;
-    if (cudaGetDevice(&device) != cudaSuccess ||
-        cudaDeviceGetAttribute(&sm_count, cudaDevAttrMultiProcessorCount, device) != cudaSuccess)
-        return FA2_ERR_LAUNCH;
-    const long long blocks = (long long)((p->seqlen_q + SmallGridConfig<D>::BLOCK_M - 1) / SmallGridConfig<D>::BLOCK_M) * p->heads_q * p->batch;
-    return blocks <= sm_count ? launch_with<T, D, SmallGridConfig<D>>(p, stream) : launch_with<T, D, LargeGridConfig<D>>(p, stream);
+    bool large = false;
+    int sm_count = 0;
+    long long blocks = 0;
+    FA2_CUDA_TRY(grid_is_large<D>(p, &large, &blocks, &sm_count));
+    return large ? launch_with<T, D, LargeGridConfig<D>>(p, stream) : launch_with<T, D, SmallGridConfig<D>>(p, stream);
 }
 
 // The current GPU's compute capability as 10 major + minor, or 0 when no GPU
@@ -745,19 +764,16 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
         return 0;
     }
-    // TMA: every stride a positive multiple of 16 bytes, every base 16-byte aligned.
+    // TMA: every base and stride a multiple of 16 bytes, every stride under 2^40 bytes.
+    if (!fa2_validate_alignment(p, 16, "TMA tensor maps", why, why_len)) return 0;
     const int64_t strides[] = {p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->k_batch_stride,
                                p->k_row_stride,   p->k_head_stride, p->v_batch_stride, p->v_row_stride,
                                p->v_head_stride, p->o_batch_stride, p->o_row_stride, p->o_head_stride};
     for (size_t i = 0; i < sizeof strides / sizeof *strides; i++)
-        if (strides[i] <= 0 || strides[i] % 8) {
-            if (why) snprintf(why, why_len, "stride %lld (allowed: positive multiples of 8 elements, for TMA tensor maps)", (long long)strides[i]);
+        if (strides[i] >= (INT64_C(1) << 39)) {
+            if (why) snprintf(why, why_len, "stride %lld (allowed: under 2^39 elements, 2^40 bytes, for TMA tensor maps)", (long long)strides[i]);
             return 0;
         }
-    if (((uintptr_t)p->q | (uintptr_t)p->k | (uintptr_t)p->v | (uintptr_t)p->o) % 16) {
-        if (why) snprintf(why, why_len, "q, k, v, o must be 16-byte aligned");
-        return 0;
-    }
     if (p->heads_q > 65535 || p->batch > 65535) {
         if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
         return 0;
@@ -768,6 +784,32 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         return 0;
     }
     return 1;
+}
+
+// The configurations, numbered by their consumer warpgroups: 0 for two, 1 for three.
+static_assert(SmallGridConfig<64>::CONSUMERS == 2 && SmallGridConfig<128>::CONSUMERS == 2 &&
+                  LargeGridConfig<64>::CONSUMERS == 3 && LargeGridConfig<128>::CONSUMERS == 2,
+              "fa2_config numbers the configurations by their consumer count, 2 or 3");
+extern "C" int fa2_config_count(void) { return 2; }
+
+extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    bool large = false;
+    int sm_count = 0;
+    long long blocks = 0;
+    const cudaError_t err = p->head_dim == 64 ? grid_is_large<64>(p, &large, &blocks, &sm_count)
+                                              : grid_is_large<128>(p, &large, &blocks, &sm_count);
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // leave no error behind for the caller
+        snprintf(what, what_len, "no GPU answers (%s): the choice depends on its SM count", cudaGetErrorString(err));
+        return -1;
+    }
+    const int consumers = p->head_dim == 64 ? (large ? LargeGridConfig<64>::CONSUMERS : SmallGridConfig<64>::CONSUMERS)
+                                            : (large ? LargeGridConfig<128>::CONSUMERS : SmallGridConfig<128>::CONSUMERS);
+    snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row blocks %s %d SMs",
+             consumers, consumers * WG_M, SmallGridConfig<64>::BLOCK_N, blocks, large ? ">" : "<=", sm_count);
+    return consumers - 2;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)

@@ -1,0 +1,172 @@
+/* test_abi.c - every step's ABI refuses what it cannot compute, in one line, and
+ * touches no memory doing so. Loads each shared library given on the command
+ * line and, starting from params every step supports, breaks one field at a time:
+ * fa2_supports must say no with one line naming the field, fa2_config must
+ * return -1, fa2_forward must return FA2_ERR_UNSUPPORTED, and the buffers behind
+ * q, k, v, o and lse must be byte for byte what they were. Host buffers stand in
+ * for device memory: a refusal comes before any use, so nothing is dereferenced.
+ * A few breaks only some steps refuse (16-byte alignment): those must be refused
+ * in one line naming the field, or accepted. Runs without a GPU. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test_util.h"
+
+typedef struct {
+    const char *path;
+    int (*forward)(const fa2_params *, void *);
+    int (*supports)(const fa2_params *, char *, size_t);
+    int (*config)(const fa2_params *, char *, size_t);
+    const char *(*name)(void);
+} step_lib;
+
+static int load(step_lib *s, const char *path)
+{
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) return 0;
+    *(void **)&s->forward = dlsym(handle, "fa2_forward");
+    *(void **)&s->supports = dlsym(handle, "fa2_supports");
+    *(void **)&s->config = dlsym(handle, "fa2_config");
+    *(void **)&s->name = dlsym(handle, "fa2_name");
+    return s->forward && s->supports && s->config && s->name;
+}
+
+/* One arena holds every tensor, each in a region 8 times its size (room for the
+ * breaks that grow a tensor); it is filled with a pattern and compared after
+ * each refused call. */
+enum { B = 2, HQ = 4, HKV = 2, NQ = 100, NK = 120, D = 64 };
+#define ARENA_BYTES ((size_t)1 << 23)
+static unsigned char *arena, *arena_copy;
+
+static fa2_params base_params(void)
+{
+    fa2_params p = {0};
+    p.batch = B, p.heads_q = HQ, p.heads_kv = HKV, p.seqlen_q = NQ, p.seqlen_k = NK, p.head_dim = D;
+    p.dtype = FA2_FP16, p.softmax_scale = 0.125f;
+    fa2_set_dense_strides(&p);
+    size_t at = 0;
+    const size_t bytes[4] = {(size_t)B * NQ * HQ * D * 2, (size_t)B * NK * HKV * D * 2, (size_t)B * NK * HKV * D * 2,
+                             (size_t)B * NQ * HQ * D * 2};
+    void *ptrs[4];
+    for (int i = 0; i < 4; i++) {
+        ptrs[i] = arena + at;
+        at += 8 * bytes[i];
+    }
+    p.q = ptrs[0], p.k = ptrs[1], p.v = ptrs[2], p.o = ptrs[3];
+    p.lse = (float *)(arena + at);
+    return p;
+}
+
+typedef enum { MUST_REFUSE, MAY_REFUSE } expectation;
+typedef struct {
+    const char *what;  /* the break, in words */
+    const char *field; /* the reason must contain this */
+    expectation expect;
+    void (*apply)(fa2_params *p);
+} breakage;
+
+static void scale_inf(fa2_params *p) { p->softmax_scale = INFINITY; }
+static void scale_nan(fa2_params *p) { p->softmax_scale = NAN; }
+static void scale_zero(fa2_params *p) { p->softmax_scale = 0.0f; }
+static void scale_negative(fa2_params *p) { p->softmax_scale = -0.125f; }
+static void q_row_stride_zero(fa2_params *p) { p->q_row_stride = 0; }
+static void k_head_stride_negative(fa2_params *p) { p->k_head_stride = -D; }
+static void v_batch_stride_zero(fa2_params *p) { p->v_batch_stride = 0; }
+static void o_row_stride_zero(fa2_params *p) { p->o_row_stride = 0; }
+static void o_heads_overlap(fa2_params *p) { p->o_head_stride = D / 2; }
+static void o_rows_overlap(fa2_params *p) { p->o_row_stride = D; } /* row i + 1 of head 0 is row i of head 1 */
+static void q_odd_address(fa2_params *p) { p->q = (const char *)p->q + 1; }
+static void lse_odd_address(fa2_params *p) { p->lse = (float *)((char *)p->lse + 2); }
+static void o_is_q(fa2_params *p) { p->o = (void *)p->q; }
+static void lse_inside_o(fa2_params *p) { p->lse = (float *)p->o + 8; }
+static void seqlen_over_limit(fa2_params *p) { p->seqlen_k = FA2_MAX_SEQLEN + 1; }
+static void offset_overflow(fa2_params *p) { p->q_batch_stride = INT64_C(1) << 61; }
+static void offset_wraps(fa2_params *p) { p->k_row_stride = INT64_MAX / 64; } /* x (NK - 1) overflows */
+static void heads_not_multiple(fa2_params *p) { p->heads_kv = 3; }
+static void batch_zero(fa2_params *p) { p->batch = 0; }
+static void dtype_bad(fa2_params *p) { p->dtype = (fa2_dtype)7; }
+static void causal_bad(fa2_params *p) { p->causal = 2; }
+static void q_null(fa2_params *p) { p->q = NULL; }
+static void head_dim_300(fa2_params *p) { p->head_dim = 300, fa2_set_dense_strides(p); }
+static void q_element_aligned(fa2_params *p) { p->q = (const char *)p->q + 2; }
+static void o_row_stride_odd(fa2_params *p) { p->o_row_stride = HQ * D + 1, p->o_batch_stride = (HQ * D + 8) * NQ; }
+
+static const breakage breaks[] = {
+    {"softmax_scale +inf", "softmax_scale", MUST_REFUSE, scale_inf},
+    {"softmax_scale NaN", "softmax_scale", MUST_REFUSE, scale_nan},
+    {"softmax_scale 0", "softmax_scale", MUST_REFUSE, scale_zero},
+    {"softmax_scale -0.125", "softmax_scale", MUST_REFUSE, scale_negative},
+    {"q_row_stride 0", "q_row_stride", MUST_REFUSE, q_row_stride_zero},
+    {"k_head_stride -64", "k_head_stride", MUST_REFUSE, k_head_stride_negative},
+    {"v_batch_stride 0", "v_batch_stride", MUST_REFUSE, v_batch_stride_zero},
+    {"o_row_stride 0 (every row would write one place)", "o_row_stride", MUST_REFUSE, o_row_stride_zero},
+    {"o heads overlapping (head stride d/2)", "o strides", MUST_REFUSE, o_heads_overlap},
+    {"o rows overlapping another head's (row stride d)", "o strides", MUST_REFUSE, o_rows_overlap},
+    {"q at an odd address", "q at address", MUST_REFUSE, q_odd_address},
+    {"lse not 4-byte aligned", "lse at address", MUST_REFUSE, lse_odd_address},
+    {"o the same memory as q", "o overlaps q", MUST_REFUSE, o_is_q},
+    {"lse inside o", "lse overlaps o", MUST_REFUSE, lse_inside_o},
+    {"seqlen_k 2^30 + 1", "seqlen", MUST_REFUSE, seqlen_over_limit},
+    {"q offsets past 2^61 elements", "q:", MUST_REFUSE, offset_overflow},
+    {"k offsets that wrap int64", "k:", MUST_REFUSE, offset_wraps},
+    {"heads_kv 3 for heads_q 4", "heads_q", MUST_REFUSE, heads_not_multiple},
+    {"batch 0", "batch", MUST_REFUSE, batch_zero},
+    {"dtype 7", "dtype", MUST_REFUSE, dtype_bad},
+    {"causal 2", "causal", MUST_REFUSE, causal_bad},
+    {"q NULL", "must all be set", MUST_REFUSE, q_null},
+    {"head_dim 300", "head_dim", MUST_REFUSE, head_dim_300},
+    {"q 2-byte aligned, not 16", "q at address", MAY_REFUSE, q_element_aligned},
+    {"o_row_stride not a multiple of 8", "o_row_stride", MAY_REFUSE, o_row_stride_odd},
+};
+
+static void check_refusal(const step_lib *s, const breakage *br)
+{
+    fa2_params p = base_params();
+    br->apply(&p);
+    char why[256] = "", what[256] = "", detail[600];
+    const int supported = s->supports(&p, why, sizeof why);
+    if (supported && br->expect == MAY_REFUSE) {
+        report(1, "", "%s accepts %s (it can compute it)", s->name(), br->what);
+        return;
+    }
+    memcpy(arena_copy, arena, ARENA_BYTES);
+    const int config = s->config(&p, what, sizeof what);
+    const int rc = s->forward(&p, NULL);
+    const int untouched = memcmp(arena, arena_copy, ARENA_BYTES) == 0;
+    const int one_line = why[0] && !strchr(why, '\n') && strstr(why, br->field);
+    snprintf(detail, sizeof detail, "supports %d why '%s' (must name '%s'), config %d, forward %d, memory %s", supported,
+             why, br->field, config, rc, untouched ? "untouched" : "CHANGED");
+    report(!supported && one_line && config < 0 && rc == FA2_ERR_UNSUPPORTED && untouched, detail,
+           "%s refuses %s: %s", s->name(), br->what, why);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_abi build/stepNN/libfa2.so ...\n");
+        return 2;
+    }
+    arena = aligned_alloc(4096, ARENA_BYTES);
+    arena_copy = malloc(ARENA_BYTES);
+    for (size_t i = 0; i < ARENA_BYTES; i++) arena[i] = (unsigned char)(i * 131 + 7);
+    for (int a = 1; a < argc; a++) {
+        step_lib s;
+        if (!load(&s, argv[a])) {
+            report(0, dlerror(), "load the fa2 ABI from %s", argv[a]);
+            continue;
+        }
+        fa2_params p = base_params();
+        char why[256] = "";
+        if (!s.supports(&p, why, sizeof why))
+            printf("SKIP %s supports none of these params here (%s): only its refusals are checked\n", s.name(), why);
+        for (size_t i = 0; i < sizeof breaks / sizeof *breaks; i++) check_refusal(&s, &breaks[i]);
+    }
+    free(arena);
+    free(arena_copy);
+    return test_failures ? 1 : 0;
+}
