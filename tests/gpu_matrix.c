@@ -37,6 +37,8 @@ typedef struct {
     const char *(*last_error)(void);
     const char *(*name)(void);
     unsigned reached; /* bit i: configuration i ran in a passing case */
+    double o_worst, lse_worst;           /* the largest error over all cases, in units of its tolerance */
+    char o_worst_case[256], lse_worst_case[256];
 } step_lib;
 
 static int load(step_lib *s, const char *path)
@@ -363,6 +365,8 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
                  r.rel_l2, r.max_abs, r.o_worst, r.lse_max, r.lse_worst, r.nonfinite, r.special_missed, unwritten,
                  outside);
         const int ok = r.pass && unwritten == 0 && outside == 0;
+        if (r.o_worst > st->o_worst) st->o_worst = r.o_worst, snprintf(st->o_worst_case, sizeof st->o_worst_case, "%s", name);
+        if (r.lse_worst > st->lse_worst) st->lse_worst = r.lse_worst, snprintf(st->lse_worst_case, sizeof st->lse_worst_case, "%s", name);
         if (ok && config_index >= 0) st->reached |= 1u << config_index;
         report(ok, why, "%s %s {%s}", st->name(), name, config);
     }
@@ -505,8 +509,10 @@ int main(int argc, char **argv)
         run_case(steps, nsteps, &c);
     }
 
-    /* Every configuration of every step ran in a passing case. */
+    /* Every configuration of every step ran in a passing case; how close each step came to its tolerances. */
     for (int s = 0; s < nsteps; s++) {
+        printf("# %s: largest O error x%.3f of its tolerance (%s); largest LSE error x%.3f (%s)\n", steps[s].name(),
+               steps[s].o_worst, steps[s].o_worst_case, steps[s].lse_worst, steps[s].lse_worst_case);
         const int n = steps[s].config_count();
         unsigned missing = 0;
         for (int i = 0; i < n; i++) missing |= !(steps[s].reached >> i & 1u) ? 1u << i : 0u;
