@@ -94,7 +94,8 @@ static void forward_tile(const fa2_params *p, int b, int h, int m0, int rows)
      * such a row writes O = 0 and LSE = -inf. A NaN l gives NaN O and LSE. */
     for (int r = 0; r < rows; r++) {
         uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + (m0 + r) * p->o_row_stride + h * p->o_head_stride;
-        for (int c = 0; c < d; c++) orow[c] = fa2_from_float(l[r] != 0 ? o[r][c] / l[r] : 0.0f, p->dtype);
+        float inv_l = l[r] != 0 ? 1.0f / l[r] : 0.0f;
+        for (int c = 0; c < d; c++) orow[c] = fa2_from_float(o[r][c] * inv_l, p->dtype);
         if (p->lse)
             p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + m0 + r] = l[r] != 0 ? m[r] + logf(l[r]) : -INFINITY;
     }
