@@ -21,7 +21,6 @@
  * guards are poisoned before each step runs, and after it every O and LSE element
  * must have been written and every byte around them must still hold the poison.
  * Without a usable GPU it prints one SKIP line per step and exits 0. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,32 +28,11 @@
 #include "test_util.h"
 
 typedef struct {
-    const char *path;
-    int (*forward)(const fa2_params *, void *);
-    int (*supports)(const fa2_params *, char *, size_t);
-    int (*config)(const fa2_params *, char *, size_t);
-    int (*config_count)(void);
-    const char *(*last_error)(void);
-    const char *(*name)(void);
+    step_abi abi;
     unsigned reached; /* bit i: configuration i ran in a passing case */
-    double o_worst, lse_worst;           /* the largest error over all cases, in units of its tolerance */
+    double o_worst, lse_worst; /* the largest error over all cases, in units of its tolerance */
     char o_worst_case[256], lse_worst_case[256];
 } step_lib;
-
-static int load(step_lib *s, const char *path)
-{
-    memset(s, 0, sizeof *s);
-    s->path = path;
-    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!handle) return 0;
-    *(void **)&s->forward = dlsym(handle, "fa2_forward");
-    *(void **)&s->supports = dlsym(handle, "fa2_supports");
-    *(void **)&s->config = dlsym(handle, "fa2_config");
-    *(void **)&s->config_count = dlsym(handle, "fa2_config_count");
-    *(void **)&s->last_error = dlsym(handle, "fa2_last_error");
-    *(void **)&s->name = dlsym(handle, "fa2_name");
-    return s->forward && s->supports && s->config && s->config_count && s->last_error && s->name;
-}
 
 typedef enum { DENSE, PACKED_QKV, BHSD, PADDED, ODD_STRIDES, OFFSET_BASES } layout;
 static const char *const layout_names[] = {"", "packed-qkv", "[b,h,s,d]", "padded rows, non-dense O",
@@ -334,16 +312,16 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         fa2_device_poison(o_dev, o_elems * 2);
         if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
         fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
-        if (!st->supports(&run, why, sizeof why)) {
+        if (!st->abi.supports(&run, why, sizeof why)) {
             const int one_line = why[0] && !strchr(why, '\n');
-            report(c->may_refuse && one_line, why, "%s %s: refused: %s", st->name(), name, why);
+            report(c->may_refuse && one_line, why, "%s %s: refused: %s", st->abi.name(), name, why);
             continue;
         }
-        const int config_index = st->config(&run, config, sizeof config);
-        int rc = st->forward(&run, stream);
+        const int config_index = st->abi.config(&run, config, sizeof config);
+        int rc = st->abi.forward(&run, stream);
         if (rc) {
-            snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->last_error());
-            report(0, why, "%s %s {%s}", st->name(), name, config);
+            snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
+            report(0, why, "%s %s {%s}", st->abi.name(), name, config);
             continue;
         }
         if (stream) {
@@ -368,7 +346,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         if (r.o_worst > st->o_worst) st->o_worst = r.o_worst, snprintf(st->o_worst_case, sizeof st->o_worst_case, "%s", name);
         if (r.lse_worst > st->lse_worst) st->lse_worst = r.lse_worst, snprintf(st->lse_worst_case, sizeof st->lse_worst_case, "%s", name);
         if (ok && config_index >= 0) st->reached |= 1u << config_index;
-        report(ok, why, "%s %s {%s}", st->name(), name, config);
+        report(ok, why, "%s %s {%s}", st->abi.name(), name, config);
     }
     if (stream) fa2_stream_destroy(stream);
     free(o_host);
@@ -401,13 +379,13 @@ int main(int argc, char **argv)
     int nsteps = argc - 1;
     step_lib *steps = calloc((size_t)nsteps, sizeof *steps);
     for (int s = 0; s < nsteps; s++)
-        if (!load(&steps[s], argv[s + 1])) {
+        if (!step_abi_load(&steps[s].abi, argv[s + 1])) {
             fprintf(stderr, "error: cannot load the fa2 ABI from %s: %s\n", argv[s + 1], dlerror());
             return 1;
         }
     fa2_device_info dev;
     if (fa2_device_open(&dev, "the GPU matrix")) {
-        for (int s = 0; s < nsteps; s++) printf("SKIP %s GPU matrix: no usable GPU\n", steps[s].name());
+        for (int s = 0; s < nsteps; s++) printf("SKIP %s GPU matrix: no usable GPU\n", steps[s].abi.name());
         return 0;
     }
     printf("# GPU matrix on %s (sm_%d%d, %d SMs)\n", dev.name, dev.sm_major, dev.sm_minor, dev.sm_count);
@@ -511,14 +489,14 @@ int main(int argc, char **argv)
 
     /* Every configuration of every step ran in a passing case; how close each step came to its tolerances. */
     for (int s = 0; s < nsteps; s++) {
-        printf("# %s: largest O error x%.3f of its tolerance (%s); largest LSE error x%.3f (%s)\n", steps[s].name(),
+        printf("# %s: largest O error x%.3f of its tolerance (%s); largest LSE error x%.3f (%s)\n", steps[s].abi.name(),
                steps[s].o_worst, steps[s].o_worst_case, steps[s].lse_worst, steps[s].lse_worst_case);
-        const int n = steps[s].config_count();
+        const int n = steps[s].abi.config_count();
         unsigned missing = 0;
         for (int i = 0; i < n; i++) missing |= !(steps[s].reached >> i & 1u) ? 1u << i : 0u;
         char why[96];
         snprintf(why, sizeof why, "configurations never reached by a passing case: mask 0x%x", missing);
-        report(missing == 0, why, "%s: every one of its %d tile configurations ran and passed", steps[s].name(), n);
+        report(missing == 0, why, "%s: every one of its %d tile configurations ran and passed", steps[s].abi.name(), n);
     }
     return test_failures ? 1 : 0;
 }

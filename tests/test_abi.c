@@ -7,34 +7,12 @@
  * for device memory: a refusal comes before any use, so nothing is dereferenced.
  * A few breaks only some steps refuse (16-byte alignment): those must be refused
  * in one line naming the field, or accepted. Runs without a GPU. */
-#include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "test_util.h"
-
-typedef struct {
-    const char *path;
-    int (*forward)(const fa2_params *, void *);
-    int (*supports)(const fa2_params *, char *, size_t);
-    int (*config)(const fa2_params *, char *, size_t);
-    const char *(*name)(void);
-} step_lib;
-
-static int load(step_lib *s, const char *path)
-{
-    memset(s, 0, sizeof *s);
-    s->path = path;
-    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!handle) return 0;
-    *(void **)&s->forward = dlsym(handle, "fa2_forward");
-    *(void **)&s->supports = dlsym(handle, "fa2_supports");
-    *(void **)&s->config = dlsym(handle, "fa2_config");
-    *(void **)&s->name = dlsym(handle, "fa2_name");
-    return s->forward && s->supports && s->config && s->name;
-}
 
 /* One arena holds every tensor, each in a region 8 times its size (room for the
  * breaks that grow a tensor); it is filled with a pattern and compared after
@@ -124,7 +102,7 @@ static const breakage breaks[] = {
     {"o_row_stride not a multiple of 8", "o_row_stride", MAY_REFUSE, o_row_stride_odd},
 };
 
-static void check_refusal(const step_lib *s, const breakage *br)
+static void check_refusal(const step_abi *s, const breakage *br)
 {
     fa2_params p = base_params();
     br->apply(&p);
@@ -155,8 +133,8 @@ int main(int argc, char **argv)
     arena_copy = malloc(ARENA_BYTES);
     for (size_t i = 0; i < ARENA_BYTES; i++) arena[i] = (unsigned char)(i * 131 + 7);
     for (int a = 1; a < argc; a++) {
-        step_lib s;
-        if (!load(&s, argv[a])) {
+        step_abi s;
+        if (!step_abi_load(&s, argv[a])) {
             report(0, dlerror(), "load the fa2 ABI from %s", argv[a]);
             continue;
         }

@@ -4,9 +4,11 @@
 #ifndef FA2_TEST_UTIL_H
 #define FA2_TEST_UTIL_H
 
+#include <dlfcn.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "../common/harness.h"
 #include "../common/numeric.h"
@@ -25,6 +27,33 @@ static inline void report(int ok, const char *detail, const char *fmt, ...)
     putchar('\n');
     fflush(stdout);
     test_failures += !ok;
+}
+
+/* One step's shared library, through the fa2.h ABI. */
+typedef struct {
+    const char *path;
+    int (*forward)(const fa2_params *, void *);
+    int (*supports)(const fa2_params *, char *, size_t);
+    int (*config)(const fa2_params *, char *, size_t);
+    int (*config_count)(void);
+    const char *(*last_error)(void);
+    const char *(*name)(void);
+} step_abi;
+
+/* 1 if every function of the ABI was found in the library at path. */
+static inline int step_abi_load(step_abi *s, const char *path)
+{
+    memset(s, 0, sizeof *s);
+    s->path = path;
+    void *handle = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!handle) return 0;
+    *(void **)&s->forward = dlsym(handle, "fa2_forward");
+    *(void **)&s->supports = dlsym(handle, "fa2_supports");
+    *(void **)&s->config = dlsym(handle, "fa2_config");
+    *(void **)&s->config_count = dlsym(handle, "fa2_config_count");
+    *(void **)&s->last_error = dlsym(handle, "fa2_last_error");
+    *(void **)&s->name = dlsym(handle, "fa2_name");
+    return s->forward && s->supports && s->config && s->config_count && s->last_error && s->name;
 }
 
 /* Where a NaN goes: none, a whole row of Q, a whole row of K, one element of V. */
