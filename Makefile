@@ -15,11 +15,12 @@ GENCODE    := $(foreach a,$(ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
 CFLAGS     := -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -fPIC -fopenmp -I$(CUDA)/include
 NVCC_OPTS  := -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall
 NVCCFLAGS  := $(NVCC_OPTS) $(GENCODE)
-# Step 07 uses instructions that exist only in the Hopper target sm_90a (wgmma,
-# setmaxnreg): it is always built for that target alone, whatever ARCH says, and
-# on any other GPU it refuses to run, in one line.
-GENCODE_STEP07 := -gencode arch=compute_90a,code=sm_90a
-step_gencode = $(or $(GENCODE_STEP$(1)),$(GENCODE))
+# The Hopper steps use instructions that exist only in the target sm_90a (wgmma,
+# setmaxnreg): they are always built for that target alone, whatever ARCH says, and
+# on any other GPU they refuse to run, in one line. (`make hopper-steps` lists them.)
+HOPPER_STEPS   := 08
+GENCODE_HOPPER := -gencode arch=compute_90a,code=sm_90a
+step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(GENCODE))
 CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm
 
 STEP_DIRS  := $(sort $(wildcard steps/[0-9][0-9]_*))
@@ -32,7 +33,7 @@ HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 step       ?=
 STEP_DIR    = $(wildcard steps/$(step)_*)
 
-.PHONY: help all run diff info profile sanitize test clean check-step harness
+.PHONY: help all run diff info profile sanitize test clean check-step harness variant hopper-steps
 .DEFAULT_GOAL := help
 
 help:
@@ -42,8 +43,9 @@ help:
 	@echo "make step=NN info             registers, shared memory, spills, SASS mix (HMMA, LDSM, LDGSTS, MUFU...)"
 	@echo "make step=NN profile [ARGS=]  Nsight Compute on one launch: tensor pipe, issue, stalls, bank conflicts"
 	@echo "make step=NN sanitize         compute-sanitizer memcheck, racecheck, synccheck, initcheck"
-	@echo "make compare [SHAPES=all]     every step, the cuBLAS baseline and torch SDPA: the progression table"
-	@echo "make plots [CSV=...]          PNGs from a compare CSV (matplotlib; a local .venv if needed)"
+	@echo "make step=NN variant NAME=X [DEFINES=-D...] [SRC=FILE]  a rebuilt copy in build/variants/X (sweeps, tests)"
+	@echo "make compare [SHAPES=all] [ROUNDS=3]  every step, the cuBLAS baseline and torch SDPA in rounds: the tables"
+	@echo "make plots [CSV=...]          PNGs from a compare CSV (default: the newest committed one; matplotlib)"
 	@echo "make scratch [name=NAME ARGS=...]  print layouts: fragments, ldmatrix, swizzle, banks (name=verify: on the GPU)"
 	@echo "make test                     CPU tests, every step's build, and the GPU matrix on a GPU"
 	@echo "make clean                    remove build/"
@@ -51,6 +53,9 @@ help:
 	@echo "ARCH: $(ARCHS) (override with ARCH=90)"
 
 all: $(foreach i,$(STEP_IDS),$(BUILD)/step$(i)/fa2 $(BUILD)/step$(i)/libfa2.so) test-programs reference-programs
+
+hopper-steps:
+	@echo $(HOPPER_STEPS)
 
 check-step:
 	@if [ -z "$(step)" ] || [ -z "$(STEP_DIR)" ]; then \
@@ -85,6 +90,20 @@ $(BUILD)/common/%.o: common/%.c common/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
+# ---- a variant of a step's kernel: the same flags, other -D defines or another source file ----
+# (steps/07_tuned/sweep.sh builds its tile candidates this way, tests/mutants.sh its planted bugs)
+NAME    ?=
+DEFINES ?=
+SRC     ?=
+VARIANT_DIR = $(BUILD)/variants/$(NAME)
+variant: check-step $(BUILD)/common/main.o $(HARNESS_O)
+	@if [ -z "$(NAME)" ]; then echo "error: NAME='' (allowed: a folder name under $(BUILD)/variants)"; exit 2; fi
+	@mkdir -p $(VARIANT_DIR)
+	@$(NVCC) $(NVCC_OPTS) $(call step_gencode,$(step)) $(DEFINES) -Xptxas -v -c $(or $(SRC),$(wildcard $(STEP_DIR)/kernel.cu)) \
+	  -o $(VARIANT_DIR)/kernel.o 2>$(VARIANT_DIR)/ptxas.txt || { cat $(VARIANT_DIR)/ptxas.txt; exit 1; }
+	@$(NVCC) $(call step_gencode,$(step)) -Xcompiler -fopenmp $(VARIANT_DIR)/kernel.o $(BUILD)/common/main.o $(HARNESS_O) $(CUDA_LIBS) -o $(VARIANT_DIR)/fa2
+	@$(NVCC) $(call step_gencode,$(step)) -shared $(VARIANT_DIR)/kernel.o $(BUILD)/common/validate.o $(CUDA_LIBS) -o $(VARIANT_DIR)/libfa2.so
+
 # ---- steps: one kernel file each -> build/stepNN/{kernel.o,fa2,libfa2.so} ----
 $(BUILD)/step00/kernel.o: $(wildcard steps/00_*/kernel.c) common/*.h
 	@mkdir -p $(dir $@)
@@ -117,15 +136,15 @@ include reference/reference.mk
 
 # ---- the progression table and its plots ----
 SHAPES ?= seed
+ROUNDS ?= 3
 .PHONY: compare plots
 compare: all
-	@bash reference/compare.sh $(SHAPES)
+	@ROUNDS=$(ROUNDS) bash reference/compare.sh $(SHAPES)
 
 # matplotlib from the system if it imports, else from a local venv made once
 PLOT_PYTHON := $(shell $(PYTHON) -c 'import matplotlib, numpy' >/dev/null 2>&1 && echo $(PYTHON) || echo .venv/bin/python)
-CSV ?= $(lastword $(sort $(wildcard results/compare-*.csv)))
-plots: $(PLOT_PYTHON:.venv/bin/python=.venv/bin/python)
-	@if [ -z "$(CSV)" ]; then echo "error: CSV='' (allowed: a results/compare-*.csv from make compare)"; exit 2; fi
+CSV ?=
+plots: $(filter .venv/bin/python,$(PLOT_PYTHON))
 	$(PLOT_PYTHON) plots/progression.py $(CSV)
 	$(PLOT_PYTHON) plots/scaling.py $(CSV)
 

@@ -9,9 +9,11 @@
 
 #include "harness.h"
 
+/* The columns every compare CSV has (reference/sdpa.py writes the same); key_change is the
+ * step's fa2_key_change(), quoted: it may hold commas. */
 #define CSV_HEADER \
     "step,device,date,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal," \
-    "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status\n"
+    "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change\n"
 
 static void write_csv(FILE *f, const fa2_params *p, const char *device, fa2_stats t, double tflops,
                       const fa2_check_result *c, const char *status)
@@ -19,10 +21,15 @@ static void write_csv(FILE *f, const fa2_params *p, const char *device, fa2_stat
     char date[16];
     fa2_today(date, sizeof date);
     if (ftell(f) == 0) fputs(CSV_HEADER, f);
-    fprintf(f, "%s,%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%.2f,%.3e,%.3e,%.3e,%s\n", fa2_name(), device, date,
+    fprintf(f, "%s,%s,%s,%s,%d,%d,%d,%d,%d,%d,%d,%.5f,%.5f,%.5f,%.2f,%.3e,%.3e,%.3e,%s,\"", fa2_name(), device, date,
             fa2_dtype_name(p->dtype), p->batch, p->heads_q, p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim,
             p->causal, t.median, t.min, t.max, tflops, c ? c->rel_l2 : NAN, c ? c->max_abs : NAN,
             c ? c->lse_max : NAN, status);
+    for (const char *k = fa2_key_change(); *k; k++) {
+        if (*k == '"') fputc('"', f); /* a quote inside a quoted CSV field is doubled */
+        fputc(*k, f);
+    }
+    fputs("\"\n", f);
 }
 
 /* Distinct, aligned stand-ins for q, k, v, o and lse, laid out one after the

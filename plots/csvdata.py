@@ -1,13 +1,17 @@
 """Reading the CSVs `make compare` writes (reference/compare.sh), for the plot scripts.
 
 Rows have the harness's columns (common/main.c); the ceiling CSV of the same run has
-probe,device,date,dtype,tflops. A CSV of one day collects re-runs: the last row of a
-step at a shape wins, as in the printed tables.
+probe,device,date,dtype,tflops. A contender measured in several rounds at a shape has one
+row per round: the plots take the median of the rounds' times, as the printed tables do.
 """
 import argparse
 import csv
 import math
 import os
+import statistics
+import subprocess
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 INT_FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal")
 
@@ -41,13 +45,47 @@ def read_rows(path):
     return rows
 
 
+def seed_shape(dtype=None):
+    """The seed shape of reference/shapes.txt as (dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal)."""
+    with open(os.path.join(ROOT, "reference", "shapes.txt")) as f:
+        for line in f:
+            w = line.split()
+            if w and w[0] == "seed":
+                return (dtype or w[8],) + tuple(int(x) for x in w[1:8])
+    raise SystemExit("error: reference/shapes.txt has no seed shape")
+
+
 def shape_of(r):
     return tuple(r[k] for k in ("dtype",) + INT_FIELDS)
 
 
-def latest(rows):
-    """{(step, shape): row}, the last row winning."""
-    return {(r["step"], shape_of(r)): r for r in rows}
+def by_step_and_shape(rows):
+    """{(step, shape): row} with the row's time the median over its rounds (and FAIL if any round failed)."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["step"], shape_of(r)), []).append(r)
+    merged = {}
+    for key, rs in groups.items():
+        r = dict(rs[-1])
+        r["ms"] = statistics.median(x["ms"] for x in rs)
+        r["tflops"] = statistics.median(x["tflops"] for x in rs)
+        r["status"] = "FAIL" if any(x["status"] == "FAIL" for x in rs) else r["status"]
+        merged[key] = r
+    return merged
+
+
+def newest_committed_csv():
+    """The compare CSV of the newest commit that added one (git), for `make plots` with no CSV."""
+    try:
+        names = subprocess.run(["git", "-C", ROOT, "log", "--diff-filter=A", "--name-only", "--format=", "--",
+                                "results"], capture_output=True, text=True, check=True).stdout.split()
+    except (OSError, subprocess.CalledProcessError):
+        names = []
+    for name in names:  # newest commit first
+        if os.path.basename(name).startswith("compare-") and name.endswith(".csv") and os.path.exists(
+                os.path.join(ROOT, name)):
+            return os.path.join(ROOT, name)
+    raise SystemExit("error: no committed results/**/compare-*.csv (git found none): give a CSV, or run make compare")
 
 
 def gpu_of(rows, wanted=None):
@@ -114,9 +152,16 @@ def peer_style(name):
 def base_parser(doc, default_out):
     """The arguments every plot takes: the compare CSV, its ceiling CSV, the output, dtype and GPU."""
     ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("csv", help="a compare CSV (the harness's columns)")
+    ap.add_argument("csv", nargs="?", help="a compare CSV (the harness's columns; default: the newest committed one)")
     ap.add_argument("--ceiling", help="the ceiling CSV (default: the ceiling-*.csv of the same run)")
     ap.add_argument("--out", default=default_out)
     ap.add_argument("--dtype", default="fp16", choices=["fp16", "bf16"])
     ap.add_argument("--device", help="the GPU, when the CSV holds several (default: the last row's)")
     return ap
+
+
+def parse(ap):
+    """The parsed arguments, with the CSV defaulted to the newest committed one."""
+    a = ap.parse_args()
+    a.csv = a.csv or newest_committed_csv()
+    return a

@@ -3,7 +3,7 @@
 `make compare SHAPES=all`: batch x seqlen fixed (16384 tokens), H=16, d=128, non-causal.
 The measured mma.sync ceiling is the dotted line (on Hopper the wgmma ceiling the dash-dotted one).
 
-usage: python3 plots/scaling.py results/compare-<gpu>-<date>.csv [--out PNG]
+usage: python3 plots/scaling.py [results/.../compare-<gpu>-<date>.csv] [--out PNG]
 """
 import matplotlib
 
@@ -18,7 +18,7 @@ def parse_args():
     ap.add_argument("--tokens", type=int, default=16384, help="batch x seqlen of the sweep")
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--dim", type=int, default=128)
-    return ap.parse_args()
+    return csvdata.parse(ap)
 
 
 def main():
@@ -29,7 +29,7 @@ def main():
             if r["dtype"] == a.dtype and r["heads_q"] == a.heads and r["head_dim"] == a.dim and not r["causal"]
             and r["seqlen_q"] == r["seqlen_k"] and r["batch"] * r["seqlen_q"] == a.tokens]
     series = {}
-    for (step, shape), r in sorted(csvdata.latest(rows).items(), key=lambda kv: kv[1]["seqlen_q"]):
+    for (step, shape), r in sorted(csvdata.by_step_and_shape(rows).items(), key=lambda kv: kv[1]["seqlen_q"]):
         series.setdefault(step, []).append((r["seqlen_q"], r["tflops"], r["status"] == "FAIL"))
     if not series:
         raise SystemExit(f"error: {a.csv} has no sweep rows ({a.dtype}, batch x seqlen = {a.tokens}, "

@@ -1,31 +1,39 @@
 #!/usr/bin/env bash
 # reference/compare.sh - the engine of `make compare`: every step, the cuBLAS baseline and
-# torch SDPA (when torch is installed) on the same shapes, timed by the same rules, into one
-# CSV, then one table per shape.
+# torch SDPA's backends (when torch is installed) on the same shapes, timed by the same rules,
+# in rounds. A round runs every contender once at a shape; the order turns by one from round
+# to round (and torch's backends turn among themselves), so none always runs first or
+# last. The tables report, per contender and shape, the median over the rounds of each
+# round's median launch time: a ratio does not move with the order of the runs.
 #
-# usage: bash reference/compare.sh [seed|all]   (default: $SHAPES, else seed)
-#   seed: B=2 H=8 N=1024 d=128; all: the benchmark shapes and the seqlen sweep (reference/shapes.sh).
-# Needs the binaries built (make all and the reference targets). Writes, appending:
-#   results/compare-<gpu>-<date>.csv   the harness's CSV rows (common/main.c)
-#   results/ceiling-<gpu>-<date>.csv   the mma.sync m16n8k16 ceiling of the GPU, and on Hopper
-#                                      the wgmma m64n256k16 ceiling
+# usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
+#   SET: seed, bench, sweep (reference/shapes.txt), or all (bench and sweep).
+#   ROUNDS (default 3) rounds; ITERS (default 50) timed launches per contender per round.
+# Needs the binaries built (make all). Writes a new pair of files per run:
+#   results/compare-<gpu>-<date>[-N].csv   one row per contender, shape and round (the
+#                                          harness's columns); round 1 checked against fp64
+#   results/ceiling-<gpu>-<date>[-N].csv   the mma.sync m16n8k16 ceiling of the GPU, and on
+#                                          Hopper the wgmma m64n256k16 ceiling
 # Exit: 0 all ran and passed, 1 a check failed or a run broke, 2 bad argument or
 # missing binaries, 3 no usable GPU.
 set -u
 cd "$(dirname "$0")/.." || exit 2
-# shellcheck source=reference/shapes.sh
-. reference/shapes.sh
 PYTHON=${PYTHON:-python3}
+ROUNDS=${ROUNDS:-3}
+ITERS=${ITERS:-50}
 
-mode=${1:-${SHAPES:-seed}}
-case $mode in
-  seed) shapes=("$SEED_SHAPE") ;;
-  all) shapes=("${BENCH_SHAPES[@]}")
-       for s in "${SWEEP_SHAPES[@]}"; do  # the sweep's N=4096 point is a benchmark shape already
-         case "|$(printf '%s|' "${shapes[@]}")" in *"|$s|"*) ;; *) shapes+=("$s") ;; esac
-       done ;;
-  *) echo "error: compare.sh: shapes '$mode' is not allowed (allowed: seed, all)" >&2; exit 2 ;;
+set_name=${1:-${SHAPES:-seed}}
+case $set_name in
+  seed|bench|sweep) sets=("$set_name") ;;
+  all) sets=(bench sweep) ;;
+  *) echo "error: compare.sh: SHAPES='$set_name' is not allowed (allowed: seed, bench, sweep, all)" >&2; exit 2 ;;
 esac
+case $ROUNDS in ''|*[!0-9]*|0) echo "error: compare.sh: ROUNDS='$ROUNDS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
+case $ITERS in ''|*[!0-9]*|0) echo "error: compare.sh: ITERS='$ITERS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
+# Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype", each once.
+mapfile -t shapes < <(for s in "${sets[@]}"; do
+  awk -v set="$s" '$1 == set { $1 = ""; print substr($0, 2) }' reference/shapes.txt; done | awk '!seen[$0]++')
+seed_shape=$(awk '$1 == "seed" { $1 = ""; print substr($0, 2); exit }' reference/shapes.txt)
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 if [ -z "$gpu" ]; then
@@ -33,23 +41,26 @@ if [ -z "$gpu" ]; then
   exit 3
 fi
 
-step_dirs=(steps/[0-9][0-9]_*)
+step_bins=()
 missing=()
-for dir in "${step_dirs[@]}"; do
-  id=$(basename "$dir" | cut -c1-2)
-  [ -x "build/step$id/fa2" ] || missing+=("build/step$id/fa2")
+for dir in steps/[0-9][0-9]_*; do
+  bin=build/step$(basename "$dir" | cut -c1-2)/fa2
+  [ -x "$bin" ] && step_bins+=("$bin") || missing+=("$bin")
 done
 for bin in build/reference/cublas/fa2 build/reference/mma_ceiling build/reference/wgmma_ceiling; do [ -x "$bin" ] || missing+=("$bin"); done
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "error: compare.sh: not built: ${missing[*]} (build them first: make all and the reference targets)" >&2
+  echo "error: compare.sh: not built: ${missing[*]} (build them first: make all)" >&2
   exit 2
 fi
 
 slug=$(printf '%s' "$gpu" | tr '[:upper:]' '[:lower:]' | sed -e 's/[^a-z0-9][^a-z0-9]*/-/g' -e 's/^-//' -e 's/-$//')
 today=$(date -u +%F)  # UTC, as the harness dates its rows
 mkdir -p results
-csv=results/compare-$slug-$today.csv
-ceiling_csv=results/ceiling-$slug-$today.csv
+run_name=$slug-$today
+n=2
+while [ -e "results/compare-$run_name.csv" ]; do run_name=$slug-$today-$n; n=$((n + 1)); done
+csv=results/compare-$run_name.csv
+ceiling_csv=results/ceiling-$run_name.csv
 
 echo "== mma.sync ceiling of $gpu"
 build/reference/mma_ceiling --csv "$ceiling_csv"
@@ -58,7 +69,7 @@ rc=$?
 [ $rc -ne 0 ] && echo "compare: the ceiling probe failed (exit $rc): the % of ceiling column stays empty"
 build/reference/wgmma_ceiling --csv "$ceiling_csv"
 rc=$?
-[ $rc -eq 3 ] && echo "compare: no wgmma on this GPU (step 07 runs only on compute capability 9.0): the % of wgmma column stays empty"
+[ $rc -eq 3 ] && echo "compare: no wgmma on this GPU (the Hopper steps run only on compute capability 9.0): the % of wgmma column stays empty"
 [ $rc -ne 0 ] && [ $rc -ne 3 ] && echo "compare: the wgmma ceiling probe failed (exit $rc): the % of wgmma column stays empty"
 
 torch_ok=0
@@ -67,9 +78,10 @@ if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else
 else
   echo "compare: $PYTHON cannot import torch with CUDA: torch SDPA rows skipped (pip install torch to add them)"
 fi
+torch_backends=(flash cudnn efficient math default)
 
 runs=0 failed=0 unsupported=0
-run() { # run COMMAND...: one timed, checked run; its own line says what happened
+run() { # run COMMAND...: one timed run; its own line says what happened
   "$@"
   local rc=$?
   runs=$((runs + 1))
@@ -82,28 +94,42 @@ run() { # run COMMAND...: one timed, checked run; its own line says what happene
 }
 
 for shape in "${shapes[@]}"; do
-  read -r b h hkv n d causal <<<"$shape"
-  args=(--batch "$b" --heads "$h" --kv-heads "$hkv" --seqlen "$n" --dim "$d")
+  read -r b h hkv nq nk d causal dtype <<<"$shape"
+  args=(--batch "$b" --heads "$h" --kv-heads "$hkv" --seqlen-q "$nq" --seqlen-k "$nk" --dim "$d" --dtype "$dtype")
   [ "$causal" = 1 ] && args+=(--causal)
-  echo
-  echo "== B=$b H=$h/$hkv N=$n d=$d $([ "$causal" = 1 ] && echo causal || echo non-causal)"
-  for dir in "${step_dirs[@]}"; do
-    id=$(basename "$dir" | cut -c1-2)
-    case $id in
-      # The CPU step and the scalar step take seconds per launch: seed shape only, few launches.
-      00) [ "$shape" = "$SEED_SHAPE" ] || continue; extra=(--iters 1) ;;
-      01) [ "$shape" = "$SEED_SHAPE" ] || continue; extra=(--warmup 2 --iters 10) ;;
-      *) extra=() ;;
-    esac
-    run "build/step$id/fa2" "${args[@]}" ${extra[@]+"${extra[@]}"} --check sample --csv "$csv"
+  # The contenders: every step that runs at this shape (the CPU step and the scalar step take
+  # seconds per launch: the seed shape only), the cuBLAS baseline, and torch's backends as one.
+  contenders=()
+  for bin in "${step_bins[@]}"; do
+    case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || continue ;; esac
+    contenders+=("$bin")
   done
-  run build/reference/cublas/fa2 "${args[@]}" --check sample --csv "$csv"
-  if [ $torch_ok = 1 ]; then
-    run "$PYTHON" reference/sdpa.py "${args[@]}" --csv "$csv" --require
-  fi
+  contenders+=(build/reference/cublas/fa2)
+  [ $torch_ok = 1 ] && contenders+=(torch)
+  for ((round = 1; round <= ROUNDS; round++)); do
+    echo
+    echo "== $dtype B=$b H=$h/$hkv Nq=$nq Nk=$nk d=$d $([ "$causal" = 1 ] && echo causal || echo non-causal), round $round of $ROUNDS"
+    check=$([ "$round" = 1 ] && echo sample || echo off)  # round 1 checks against fp64; later rounds only time
+    count=${#contenders[@]}
+    for ((i = 0; i < count; i++)); do
+      c=${contenders[$(( (i + round - 1) % count ))]}
+      case $c in
+        torch)
+          order=()
+          for ((j = 0; j < ${#torch_backends[@]}; j++)); do
+            order+=("${torch_backends[$(( (j + round - 1) % ${#torch_backends[@]} ))]}")
+          done
+          run "$PYTHON" reference/sdpa.py "${args[@]}" --iters "$ITERS" --check "$check" --csv "$csv" --require \
+              --backends "$(IFS=,; echo "${order[*]}")" ;;
+        build/step00/*) [ "$round" = 1 ] && run "$c" "${args[@]}" --iters 1 --check "$check" --csv "$csv" ;;
+        build/step01/*) run "$c" "${args[@]}" --warmup 2 --iters 10 --check "$check" --csv "$csv" ;;
+        *) run "$c" "${args[@]}" --iters "$ITERS" --check "$check" --csv "$csv" ;;
+      esac
+    done
+  done
 done
 
 echo
-echo "== $gpu, $today: $runs runs, $failed failed, $unsupported unsupported; rows in $csv"
+echo "== $gpu, $today: $runs runs ($ROUNDS rounds), $failed failed, $unsupported unsupported; rows in $csv"
 awk -v mode=text -v ceiling_csv="$ceiling_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" -f reference/table.awk "$csv"
 [ $failed -eq 0 ]

@@ -3,14 +3,14 @@
 # no number in them is typed by hand. Replaces everything between the lines
 #   <!-- compare-table:begin -->  and  <!-- compare-table:end -->
 # with the device, the date and the command that measured the rows, one table per benchmark
-# shape (reference/shapes.sh) and, when the CSV has the seqlen sweep, a TFLOP/s-by-seqlen table.
+# shape (reference/shapes.txt) and, when the CSV has the seqlen sweep, a TFLOP/s-by-seqlen table.
 #
 # usage: bash reference/readme_table.sh [CSV [README]]
 #   CSV: default the newest results/compare-*.csv; its ceiling is the ceiling-*.csv beside it.
+#   README: the page to rewrite (default README.md; docs/results-h200.md holds the H200's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# shellcheck source=reference/shapes.sh
-. reference/shapes.sh
+shapes_of() { awk -v set="$1" '$1 == set { $1 = ""; print substr($0, 2) }' reference/shapes.txt; }
 
 csv=${1:-}
 if [ -z "$csv" ]; then
@@ -34,13 +34,16 @@ ceiling_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/ceiling-/')
 # Device and dates of the rows (step 00's rows say CPU: the GPU is the run's device).
 gpu=$(awk -F, 'FNR > 1 && $2 != "CPU" { g = $2 } END { print g }' "$csv")
 dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } END { print (f == l ? f : f " to " l) }' "$csv")
-# Rows at any shape but the seed one mean the run was SHAPES=all.
+# Rows at any shape but the seed one mean the run was SHAPES=all; the rounds are the most
+# rows one contender has at one shape.
 command='make compare'
-read -r sb sh shkv sn sd sc <<<"$SEED_SHAPE"
-if awk -F, -v s="$sb,$sh,$shkv,$sn,$sn,$sd,$sc" 'FNR > 1 && $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 != s { found = 1 }
+read -r sb sh shkv snq snk sd sc sdt <<<"$(shapes_of seed)"
+if awk -F, -v s="$sdt,$sb,$sh,$shkv,$snq,$snk,$sd,$sc" 'FNR > 1 && $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 != s { found = 1 }
    END { exit !found }' "$csv"; then
   command='make compare SHAPES=all'
 fi
+rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11]++ }
+                  END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
 ceiling_note=""
 if [ -f "$ceiling_csv" ]; then
   mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
@@ -54,10 +57,11 @@ block=$(mktemp)
 trap 'rm -f "$block" "$block.readme"' EXIT
 {
   echo "<!-- written by reference/readme_table.sh from $csv: edit that, not this -->"
-  echo "Measured on **$gpu**, $dates, with \`$command\` (rows: \`$csv\`$ceiling_note)."
-  echo "Ratios are speed ratios to torch SDPA measured in the same run (above 1: faster than torch)."
-  awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(printf '%s;' "${BENCH_SHAPES[@]}")" \
-      -v sweep="$(printf '%s;' "${SWEEP_SHAPES[@]}")" -f reference/table.awk "$csv"
+  echo "Measured on **$gpu**, $dates, with \`$command\` in $rounds round$([ "$rounds" = 1 ] || echo s) (rows: \`$csv\`$ceiling_note)."
+  echo "Each time is the median over the rounds of each round's median launch time; ratios are speed ratios to torch SDPA"
+  echo "measured in the same rounds (above 1: faster than torch)."
+  awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(shapes_of bench | tr '\n' ';')" \
+      -v sweep="$(shapes_of sweep | tr '\n' ';')" -f reference/table.awk "$csv"
 } >"$block"
 
 awk -v begin="$begin" -v end="$end" -v block="$block" '

@@ -2,7 +2,7 @@
 #   build/reference/cublas/fa2, libfa2.so  the unfused cuBLAS baseline behind the fa2.h ABI
 #   build/reference/mma_ceiling            the measured mma.sync m16n8k16 peak of this GPU
 #   build/reference/wgmma_ceiling          the measured wgmma m64n256k16 peak (Hopper, sm_90a only)
-# Uses NVCC, NVCCFLAGS, NVCC_OPTS, GENCODE, GENCODE_STEP07, CUDA_LIBS, BUILD and HARNESS_O of the top Makefile.
+# Uses NVCC, NVCCFLAGS, NVCC_OPTS, GENCODE, GENCODE_HOPPER, CUDA_LIBS, BUILD and HARNESS_O of the top Makefile.
 
 REFERENCE_TARGETS := $(BUILD)/reference/cublas/fa2 $(BUILD)/reference/cublas/libfa2.so $(BUILD)/reference/mma_ceiling \
                      $(BUILD)/reference/wgmma_ceiling
@@ -25,7 +25,7 @@ $(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu reference/probe.h commo
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(CUDA_LIBS) -o $@
 
-# wgmma exists only in sm_90a: built for that target alone, as step 07 is.
+# wgmma exists only in sm_90a: built for that target alone, as the Hopper steps are.
 $(BUILD)/reference/wgmma_ceiling: reference/wgmma_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCC_OPTS) $(GENCODE_STEP07) $< $(CUDA_LIBS) -o $@
+	$(NVCC) $(NVCC_OPTS) $(GENCODE_HOPPER) $< $(CUDA_LIBS) -o $@

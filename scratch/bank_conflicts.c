@@ -1,5 +1,5 @@
 /* bank_conflicts - a small model of the shared-memory pipeline, applied to the
- * access patterns of steps 02..06, unswizzled and swizzled.
+ * access patterns of steps 02..07, unswizzled and swizzled.
  *
  * Model (CUDA C Programming Guide, "Shared Memory", compute capability 8.x/9.x):
  *  - 32 banks of 4 bytes; in one wavefront each bank delivers one 4-byte word,
@@ -15,9 +15,9 @@
 
 static const char usage[] =
     "usage: bank_conflicts [--dim 64|128|both] [--show PATTERN] [--check]\n"
-    "Counts shared-memory wavefronts per warp request for every access pattern of steps 02-06\n"
+    "Counts shared-memory wavefronts per warp request for every access pattern of steps 02-07\n"
     "(BLOCK_M = 64 query rows = 4 warps x 16, BLOCK_N = 64 keys, 128 threads), with tiles\n"
-    "unswizzled (step 02) and swizzled (steps 03-06), and the ideal (one wavefront per phase).\n"
+    "unswizzled (step 02) and swizzled (steps 03-07), and the ideal (one wavefront per phase).\n"
     "  --dim    head dimension D (default both)\n"
     "  --show   print the bank schedule of the first request of one pattern:\n"
     "           copy q-frag k-frag v-frag q-ldsm k-ldsm v-ldsm o-store o-load\n"
@@ -110,7 +110,7 @@ static void tally_add(tally *t, const warp_request *req)
 typedef tile_coord (*lane_element_fn)(int request, int lane, int dim);
 
 /* 16-byte chunks by 128 threads, chunk t + 128k, request = (iteration, warp):
- * the cp.async writes of Q/K/V (steps 02-06), the reads of the O tile (06). */
+ * the cp.async writes of Q/K/V (steps 02-07), the reads of the O tile (06-07). */
 static tile_coord chunk_access(int request, int lane, int dim)
 {
     tile_coord chunk = copy_chunk(request % WARPS * WARP_SIZE + lane, request / WARPS, dim);
@@ -142,7 +142,7 @@ static tile_coord v_fragment_load(int request, int lane, int dim)
     return v_fragment_element(kk_dtile / (dim / MMA_N), kk_dtile % (dim / MMA_N), lane, reg, request % HALVES);
 }
 
-/* steps 04-06: ldmatrix.x4, 32 row addresses of 16 bytes. Warp w loads the Q
+/* steps 04-07: ldmatrix.x4, 32 row addresses of 16 bytes. Warp w loads the Q
  * instances of its own rows (request = instance); every warp loads every K
  * and V instance (request = (warp, instance)). */
 static int any_warp_instance(int request, int dim) { return request % ldsm_instances(dim); }
@@ -150,7 +150,7 @@ static tile_coord q_ldsm(int request, int lane, int dim) { return ldsm_address(O
 static tile_coord k_ldsm(int request, int lane, int dim) { return ldsm_address(OPERAND_K, dim, any_warp_instance(request, dim), lane); }
 static tile_coord v_ldsm(int request, int lane, int dim) { return ldsm_address(OPERAND_V, dim, any_warp_instance(request, dim), lane); }
 
-/* step 06: c0,c1 (c2,c3) converted to 16 bits are one 32-bit store;
+/* steps 06-07: c0,c1 (c2,c3) converted to 16 bits are one 32-bit store;
  * request = ((warp, d-tile), pair) */
 static tile_coord o_fragment_store(int request, int lane, int dim)
 {
@@ -168,16 +168,16 @@ typedef struct {
 
 enum { PATTERNS = 9 };
 static const pattern patterns[PATTERNS] = {
-    {"copy", "Q/K/V tile -> smem, chunk t+128k", "02-06", "cp.async 16 B", CHUNK_BYTES, WARPS, chunk_access, 1},
+    {"copy", "Q/K/V tile -> smem, chunk t+128k", "02-07", "cp.async 16 B", CHUNK_BYTES, WARPS, chunk_access, 1},
     {"q-frag", "Q A fragment loads", "02-03", "ld 4 B", 4, WARPS * MMA_A_REGS, q_fragment_load, 8},
     {"k-frag", "K B fragment loads", "02-03", "ld 4 B", 4, WARPS * BLOCK_N / MMA_N * MMA_B_REGS, k_fragment_load, 8},
     {"v-frag", "V B fragment loads", "02-03", "ld 2 B", 2, WARPS * BLOCK_N / MMA_K * (16 / MMA_N) * MMA_B_REGS * HALVES,
      v_fragment_load, 4},
-    {"q-ldsm", "Q ldmatrix.x4", "04-06", "ldmatrix", CHUNK_BYTES, WARPS, q_ldsm, 8},
-    {"k-ldsm", "K ldmatrix.x4", "04-06", "ldmatrix", CHUNK_BYTES, WARPS * BLOCK_N / 16, k_ldsm, 8},
-    {"v-ldsm", "V ldmatrix.x4.trans", "04-06", "ldmatrix", CHUNK_BYTES, WARPS * BLOCK_N / 16, v_ldsm, 8},
-    {"o-store", "O fragments -> smem tile", "06", "st 4 B", 4, WARPS * (16 / MMA_N) * 2, o_fragment_store, 8},
-    {"o-load", "O tile -> registers, chunk t+128k", "06", "ld 16 B", CHUNK_BYTES, WARPS, chunk_access, 1},
+    {"q-ldsm", "Q ldmatrix.x4", "04-07", "ldmatrix", CHUNK_BYTES, WARPS, q_ldsm, 8},
+    {"k-ldsm", "K ldmatrix.x4", "04-07", "ldmatrix", CHUNK_BYTES, WARPS * BLOCK_N / 16, k_ldsm, 8},
+    {"v-ldsm", "V ldmatrix.x4.trans", "04-07", "ldmatrix", CHUNK_BYTES, WARPS * BLOCK_N / 16, v_ldsm, 8},
+    {"o-store", "O fragments -> smem tile", "06-07", "st 4 B", 4, WARPS * (16 / MMA_N) * 2, o_fragment_store, 8},
+    {"o-load", "O tile -> registers, chunk t+128k", "06-07", "ld 16 B", CHUNK_BYTES, WARPS, chunk_access, 1},
 };
 
 static tally measure(const pattern *p, int dim, int swizzled)

@@ -1,5 +1,5 @@
 /* copy_layout - which thread copies which 16-byte chunk of a Q/K/V tile from
- * global to shared memory (cp.async, steps 02..06), and how many 32-byte
+ * global to shared memory (cp.async, steps 02..07), and how many 32-byte
  * sectors each warp's global request touches. */
 #include "tool.h"
 #include "layouts.h"

@@ -1,4 +1,4 @@
-/* quad_shuffle - the row max / row sum of the online softmax in steps 02..06:
+/* quad_shuffle - the row max / row sum of the online softmax in steps 02..07:
  * each row of an mma C tile lives in the 4 lanes of one quad, and two
  * butterfly shuffles (__shfl_xor_sync with masks 1 and 2) combine them. */
 #include "tool.h"

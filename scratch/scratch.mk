@@ -12,8 +12,9 @@ NVCC    ?= $(CUDA)/bin/nvcc
 BUILD   ?= build
 # PTX for sm_80 as well as its SASS, so the standalone build also runs on newer GPUs (JIT).
 GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=compute_80
-# wgmma exists only in the Hopper target sm_90a, whose code runs on compute capability 9.0 alone.
-GENCODE_WGMMA := -gencode arch=compute_90a,code=sm_90a
+# wgmma exists only in the Hopper target sm_90a, whose code runs on compute capability 9.0 alone
+# (the top Makefile defines it; this default serves the standalone use).
+GENCODE_HOPPER ?= -gencode arch=compute_90a,code=sm_90a
 
 SCRATCH_NAMES        := mma_fragments wgmma_fragments ldmatrix swizzle bank_conflicts copy_layout quad_shuffle
 SCRATCH_PROGRAMS     := $(SCRATCH_NAMES:%=$(BUILD)/scratch/%)
@@ -35,7 +36,7 @@ $(SCRATCH_VERIFY): scratch/verify.cu $(SCRATCH_HEADERS)
 
 $(SCRATCH_VERIFY_WGMMA): scratch/verify_wgmma.cu $(SCRATCH_HEADERS)
 	@mkdir -p $(dir $@)
-	$(NVCC) -O2 -std=c++17 $(GENCODE_WGMMA) -Xcompiler -Wall $< -o $@
+	$(NVCC) -O2 -std=c++17 $(GENCODE_HOPPER) -Xcompiler -Wall $< -o $@
 
 scratch-build: $(SCRATCH_PROGRAMS)
 

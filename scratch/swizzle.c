@@ -1,12 +1,12 @@
 /* swizzle - where each 16-byte chunk of a [rows][D] shared-memory tile lives
- * with and without the XOR swizzle of steps 03..06, and which banks it covers. */
+ * with and without the XOR swizzle of steps 03..07, and which banks it covers. */
 #include "tool.h"
 #include "layouts.h"
 
 static const char usage[] =
     "usage: swizzle [--dim 64|128] [--rows N] [--check]\n"
     "Tiles are [rows][D] of 16-bit elements: a row is D*2 bytes = D/8 chunks of 16 bytes.\n"
-    "Swizzled (steps 03-06): physical chunk = chunk ^ (row & 7). Prints, per logical (row, chunk),\n"
+    "Swizzled (steps 03-07): physical chunk = chunk ^ (row & 7). Prints, per logical (row, chunk),\n"
     "the physical chunk and the first of the 4 banks the chunk covers, unswizzled (step 02) and\n"
     "swizzled, and how many bank groups one chunk column spans over 8 rows (8 = conflict-free).\n"
     "  --dim   head dimension D (default 128)\n"
@@ -129,7 +129,7 @@ int main(int argc, char **argv)
     printf("first bank of each logical chunk, unswizzled (step 02): the chunk covers banks b..b+3\n");
     print_grid(&shape, bank_cell, &plain);
     print_column_groups(&plain);
-    printf("first bank of each logical chunk, swizzled (steps 03-06)\n");
+    printf("first bank of each logical chunk, swizzled (steps 03-07)\n");
     print_grid(&shape, bank_cell, &swizzled);
     print_column_groups(&swizzled);
     return 0;

@@ -123,10 +123,22 @@ else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi
 # Every step's ABI, CPU step included, refuses bad params in one line and touches no memory.
 run_program abi build/tests/test_abi build/step00/libfa2.so "${gpu_libs[@]}"
 
+echo "== Python: the torch binding (python/fa2.py) with step 00, and the plots"
+if python3 -c 'import torch' >/dev/null 2>&1; then run_program torch-cpu python3 tests/test_torch.py 00
+else result SKIP "the torch binding on the CPU (step 00)" "torch is not installed (pip install torch)"; fi
+if python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
+  for plot in progression scaling; do  # on the newest committed compare CSV, as make plots with no CSV
+    if python3 "plots/$plot.py" --out "$LOG/$plot.png" >"$LOG/plot-$plot.log" 2>&1 && [ -s "$LOG/$plot.png" ]; then
+      result PASS "plots/$plot.py draws the newest committed compare CSV"
+    else result FAIL "plots/$plot.py" "$(tail -n 2 "$LOG/plot-$plot.log")"; fi
+  done
+else result SKIP "plots" "matplotlib is not installed (make plots makes a local .venv for it)"; fi
+
 echo "== GPU matrix"
-# Steps built for one GPU family only: step id -> the compute capability they need
-# (elsewhere they refuse every shape, in one line, with exit code 2).
-declare -A needs_cc=([07]=9.0)
+# Steps built for one GPU family only (the Makefile's HOPPER_STEPS): they need compute
+# capability 9.0, and elsewhere refuse every shape, in one line, with exit code 2.
+declare -A needs_cc=()
+for id in $(make -s --no-print-directory hopper-steps); do needs_cc[$id]=9.0; done
 if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
   gpu_cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' ')
   matrix_libs=()
@@ -160,6 +172,13 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
       expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
     done
   done
+  if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then
+    ids=()
+    for lib in "${matrix_libs[@]}"; do [[ $lib == build/step* ]] && ids+=("$(basename "$(dirname "$lib")" | cut -c5-6)"); done
+    run_program torch-gpu python3 tests/test_torch.py "${ids[@]}"
+  else
+    result SKIP "the torch binding on the GPU steps" "torch with CUDA is not installed"
+  fi
   # A CUDA call that fails says why: step 02 built for a GPU family other than this one.
   other_arch=$([ "${gpu_cc%%.*}" = 8 ] && echo 90 || echo 80)
   if make -s BUILD=build/wrong-arch ARCH="$other_arch" build/wrong-arch/step02/fa2 >"$LOG/build-wrong-arch.log" 2>&1; then

@@ -1,16 +1,16 @@
-/* Step 07 - the Hopper kernel: TMA, mbarriers, wgmma and warp specialisation.
+/* Step 08 - the Hopper kernel: TMA, mbarriers, wgmma and warp specialisation.
  *
- * Steps 01-06 use only instructions every GPU since Ampere has. This step is a
+ * Steps 01-07 use only instructions every GPU since Ampere has. This step is a
  * second kernel for one GPU family, Hopper (sm_90a), and the one step that
  * changes more than one thing: wgmma does not fit the old structure, so the
- * structure around it changes with it (docs/07_hopper_wgmma.md):
+ * structure around it changes with it (docs/08_hopper_wgmma.md):
  *
  * 1. wgmma (warpgroup MMA). Four warps issue one m64nNk16 together; B, and for
  *    Q K^T also A, are read straight from shared memory through 64-bit matrix
  *    descriptors, so no ldmatrix and no fragment registers for Q, K or V. The
  *    instruction is asynchronous: the warp issues it and goes on, and waits
  *    for it (wgmma.wait_group) only where it needs the result. mma.sync held
- *    its warp for the whole product (6 cycles of stall per HMMA in step 06).
+ *    its warp for the whole product (6 cycles of stall per HMMA in step 07).
  * 2. TMA (cp.async.bulk.tensor): one thread moves a whole [rows][64] tile with
  *    one instruction, described by a tensor map built on the host, already
  *    128-byte swizzled the way wgmma reads it. Rows past seqlen come back as
@@ -31,7 +31,7 @@
  *    its softmax.
  * 6. The epilogue writes O, normalised, into the consumer's own Q slab (the
  *    same swizzle) and one thread stores it with a TMA store.
- * The tiles change too: 128 keys per tile at both head dims (step 06: 64),
+ * The tiles change too: 128 keys per tile at both head dims (step 07: 64, or 128 on small grids),
  * and 192 query rows per block at d64 on large grids.
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
@@ -69,7 +69,6 @@ struct Config {
     // a consumer holds S (BLOCK_N / 2 per thread), O (D / 2) and P (BLOCK_N / 4), 160
     // at d128 and 128 at d64, plus its softmax temporaries.
     static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
-    static constexpr bool PINGPONG = true;  // consumers take turns at the tensor cores
     static_assert((PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) * WARPGROUP <= 65536,
                   "the warpgroups' register budgets must fit in the SM's 64K registers");
     static_assert(D % SLAB_COLS == 0, "the head dim is loaded as 64-column slabs, one 128-byte swizzle span each");
@@ -80,7 +79,7 @@ struct Config {
 // Two consumers (128 query rows per block) everywhere, except d64 on grids with more
 // 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
 // choice for d64) was measured 5-15% faster, and on smaller grids 12% slower (fewer,
-// larger blocks leave SMs idle). See docs/07_hopper_wgmma.md, run 23.
+// larger blocks leave SMs idle). See docs/08_hopper_wgmma.md, run 23.
 template <int D>
 using SmallGridConfig = Config<D, 2>;
 template <int D>
@@ -291,7 +290,7 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 2], const uint32_t (&a)[
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc));
 }
 
-// ---- softmax helpers (as in step 06) ------------------------------------------------
+// ---- softmax helpers (as in step 07) ------------------------------------------------
 
 // 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.
 __device__ __forceinline__ float exp2_approx(float x)
@@ -454,10 +453,10 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     // products run. Every consumer takes n_blocks + 1 turns; the last consumer hands
     // the first turn out before the loop and keeps its own last one.
     auto turn_begin = [&] {
-        if (C::PINGPONG) named_barrier_sync(NB::TURN + c, 2 * WARPGROUP);
+        named_barrier_sync(NB::TURN + c, 2 * WARPGROUP);
     };
     auto turn_end = [&](bool last) {
-        if (C::PINGPONG && !(last && c == CONSUMERS - 1)) named_barrier_arrive(NB::TURN + (c + 1) % CONSUMERS, 2 * WARPGROUP);
+        if (!(last && c == CONSUMERS - 1)) named_barrier_arrive(NB::TURN + (c + 1) % CONSUMERS, 2 * WARPGROUP);
     };
 
     // The online softmax of S_n, in place: masks, updates the running max and sum,
@@ -477,14 +476,14 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
         for (int r = 0; r < 2; r++) {
             float row_vals[BLOCK_N / 4];  // this thread's BLOCK_N / 4 scores of the row
 #pragma unroll
-            for (int q = 0; q < BLOCK_N / 8; q++) row_vals[2 * q] = s_acc[4 * q + 2 * r], row_vals[2 * q + 1] = s_acc[4 * q + 2 * r + 1];
+            for (int nt = 0; nt < BLOCK_N / 8; nt++) row_vals[2 * nt] = s_acc[4 * nt + 2 * r], row_vals[2 * nt + 1] = s_acc[4 * nt + 2 * r + 1];
             float row_max = tree_reduce<MaxOp>(row_vals);
             row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));  // the 4 threads of a quad
             row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));  // share one row
             tile_max[r] = row_max * scale_log2;
             grown |= tile_max[r] > m_run[r] + RESCALE_LOG2;
         }
-        // As in step 06: rescale only when some row's max has grown by more than
+        // As in step 07: rescale only when some row's max has grown by more than
         // 2^RESCALE_LOG2; the vote keeps the branch warp-uniform.
         const bool rescale = __any_sync(0xffffffffu, grown);
         correction[0] = correction[1] = 1.0f;
@@ -502,9 +501,9 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
             const float m_use = finite_or_zero(m_run[r]);
             float row_vals[BLOCK_N / 4];
 #pragma unroll
-            for (int q = 0; q < BLOCK_N / 8; q++) {
-                s_acc[4 * q + 2 * r] = row_vals[2 * q] = exp2_approx(fmaf(s_acc[4 * q + 2 * r], scale_log2, -m_use));
-                s_acc[4 * q + 2 * r + 1] = row_vals[2 * q + 1] = exp2_approx(fmaf(s_acc[4 * q + 2 * r + 1], scale_log2, -m_use));
+            for (int nt = 0; nt < BLOCK_N / 8; nt++) {
+                s_acc[4 * nt + 2 * r] = row_vals[2 * nt] = exp2_approx(fmaf(s_acc[4 * nt + 2 * r], scale_log2, -m_use));
+                s_acc[4 * nt + 2 * r + 1] = row_vals[2 * nt + 1] = exp2_approx(fmaf(s_acc[4 * nt + 2 * r + 1], scale_log2, -m_use));
             }
             l_run[r] += tree_reduce<SumOp>(row_vals);
         }
@@ -522,7 +521,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     mbarrier_wait(bars.q_full(), 0);  // also before the epilogue of a block with no key tile: O overwrites Q
     if (w.n_blocks > 0) {
         float correction[2];
-        if (C::PINGPONG && c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
+        if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
         // Tile 0: S_0 alone.
         mbarrier_wait(bars.k_full(0), 0);
         turn_begin();
@@ -587,11 +586,11 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
         const float inv_l = l_run[r] != 0.0f ? 1.0f / l_run[r] : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
         const int row = warp * 16 + g + 8 * r;                          // within the consumer's 64 rows
 #pragma unroll
-        for (int q = 0; q < D / 8; q++) {
-            const int col = 8 * q + 2 * t;
+        for (int dt = 0; dt < D / 8; dt++) {
+            const int col = 8 * dt + 2 * t;
             const uint32_t addr = q_wg + col / SLAB_COLS * L::Q_SLAB_BYTES + row * SWIZZLE_BYTES +
                                   ((col % SLAB_COLS / 8) ^ (row % 8)) * 16 + col % 8 * 2;
-            const uint32_t packed = pack2<T>(o_acc[4 * q + 2 * r] * inv_l, o_acc[4 * q + 2 * r + 1] * inv_l);
+            const uint32_t packed = pack2<T>(o_acc[4 * dt + 2 * r] * inv_l, o_acc[4 * dt + 2 * r + 1] * inv_l);
             asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
         }
         const int q_row = row0 + 8 * r;
@@ -821,6 +820,6 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
     return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
 }
 
-extern "C" const char *fa2_name(void) { return "07_hopper_wgmma"; }
+extern "C" const char *fa2_name(void) { return "08_hopper_wgmma"; }
 extern "C" const char *fa2_key_change(void) { return "Hopper: TMA + mbarriers, wgmma from shared memory, producer/consumer warpgroups, softmax under P V"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
