@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make step=NN profile: Nsight Compute on one launch of a step, with a curated
 # metric list (time, tensor pipe, issue slots, eligible warps, occupancy, shared
-# memory bank conflicts and wavefronts, DRAM throughput, the top stall reasons; on
+# memory bank conflicts and wavefronts, global store requests and sectors, DRAM
+# throughput, the top stall reasons; on
 # Hopper also the wgmma instruction count).
 # usage: bash tools/profile.sh BINARY [harness args...]
 set -uo pipefail
@@ -19,6 +20,7 @@ metrics+=,launch__occupancy_limit_registers,launch__occupancy_limit_shared_mem
 metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum
 metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
 metrics+=,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_executed_op_ldsm.sum
+metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed
 # wgmma (step 08): its instruction count exists only on Hopper. Its tensor-pipe cycles are
 # counted by the hmma metric above (step 08 runs no HMMA; on an H200 that metric read 69%
