@@ -214,7 +214,7 @@ def run_sdpa_backends(torch, args, shape, timer, results, inputs, ref):
         step, text = BACKENDS[name]
 
         def launch():
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
                                                   enable_gqa=hkv != h)
 
         with warnings.catch_warnings(record=True) as caught:
