@@ -8,7 +8,8 @@
 #
 # usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
 #   SET: seed, bench, sweep (reference/shapes.txt), or all (bench and sweep).
-#   ROUNDS (default 3) rounds; ITERS (default 50) timed launches per contender per round.
+#   ROUNDS (default 3) rounds; ITERS (default 50) timed launches per contender per round, after
+#   3 untimed ones (the first loads the module; a round's median needs no more warm-up).
 # Needs the binaries built (make all). Writes a new pair of files per run:
 #   results/compare-<gpu>-<date>[-N].csv   one row per contender, shape and round (the
 #                                          harness's columns); round 1 checked against fp64
@@ -119,11 +120,11 @@ for shape in "${shapes[@]}"; do
           for ((j = 0; j < ${#torch_backends[@]}; j++)); do
             order+=("${torch_backends[$(( (j + round - 1) % ${#torch_backends[@]} ))]}")
           done
-          run "$PYTHON" reference/sdpa.py "${args[@]}" --iters "$ITERS" --check "$check" --csv "$csv" --require \
+          run "$PYTHON" reference/sdpa.py "${args[@]}" --warmup 3 --iters "$ITERS" --check "$check" --csv "$csv" --require \
               --backends "$(IFS=,; echo "${order[*]}")" ;;
         build/step00/*) [ "$round" = 1 ] && run "$c" "${args[@]}" --iters 1 --check "$check" --csv "$csv" ;;
         build/step01/*) run "$c" "${args[@]}" --warmup 2 --iters 10 --check "$check" --csv "$csv" ;;
-        *) run "$c" "${args[@]}" --iters "$ITERS" --check "$check" --csv "$csv" ;;
+        *) run "$c" "${args[@]}" --warmup 3 --iters "$ITERS" --check "$check" --csv "$csv" ;;
       esac
     done
   done
