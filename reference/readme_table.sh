@@ -34,14 +34,17 @@ ceiling_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/ceiling-/')
 # Device and dates of the rows (step 00's rows say CPU: the GPU is the run's device).
 gpu=$(awk -F, 'FNR > 1 && $2 != "CPU" { g = $2 } END { print g }' "$csv")
 dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } END { print (f == l ? f : f " to " l) }' "$csv")
-# Rows at any shape but the seed one mean the run was SHAPES=all; the rounds are the most
-# rows one contender has at one shape.
+# Which shapes the run took: sweep rows mean SHAPES=all, other rows beyond the seed SHAPES=bench;
+# the rounds are the most rows one contender has at one shape.
+has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of SET that OTHER lacks?
+  shapes_of "$1" | while read -r b h hkv nq nk d c dt; do
+    shapes_of "$2" | grep -qxF "$b $h $hkv $nq $nk $d $c $dt" && continue
+    awk -F, -v s="$dt,$b,$h,$hkv,$nq,$nk,$d,$c" 'FNR > 1 && $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 == s { f = 1 }
+      END { exit !f }' "$csv" && echo yes && break
+  done | grep -q yes
+}
 command='make compare'
-read -r sb sh shkv snq snk sd sc sdt <<<"$(shapes_of seed)"
-if awk -F, -v s="$sdt,$sb,$sh,$shkv,$snq,$snk,$sd,$sc" 'FNR > 1 && $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 != s { found = 1 }
-   END { exit !found }' "$csv"; then
-  command='make compare SHAPES=all'
-fi
+if has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
 rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11]++ }
                   END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
 ceiling_note=""
