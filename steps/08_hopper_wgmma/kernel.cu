@@ -16,9 +16,10 @@
  *    128-byte swizzled the way wgmma reads it. Rows past seqlen come back as
  *    zeros and stores past seqlen are dropped by the copy engine, so there are
  *    no tail checks in the copies.
- * 3. mbarriers: a TMA copy completes by adding its bytes to a transaction
- *    count on an mbarrier in shared memory; consumers wait on the barrier's
- *    phase bit. A second set of barriers tells the producer a stage is free.
+ * 3. mbarriers: the producer raises an mbarrier's expected transaction count
+ *    by a tile's bytes and the TMA copy counts it down as they land; consumers
+ *    wait on the barrier's phase bit. A second set of barriers tells the
+ *    producer a stage is free.
  * 4. Warp specialisation: warpgroup 0 is the producer (one thread issues
  *    every copy, then the group gives its registers away with setmaxnreg);
  *    the other warpgroups are consumers, 64 query rows each: two (BLOCK_M =
@@ -116,7 +117,7 @@ __device__ __forceinline__ void mbarrier_init(uint32_t bar, uint32_t arrivals)
 // Makes the initialised barriers visible to the copy engine (the async proxy).
 __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory"); }
 
-// One arrival, and `bytes` more transaction bytes the phase must see before it completes.
+// One arrival, and `bytes` more transaction bytes the phase must see land before it completes.
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
@@ -143,9 +144,9 @@ __device__ __forceinline__ void mbarrier_wait(uint32_t bar, uint32_t parity)
 // ---- PTX wrappers: the tensor memory accelerator (TMA) ----------------------------
 
 // Copies the box at coordinates (col, row, head, batch) of the tensor `map`
-// describes into shared memory at dst, swizzled as the map says; completes by
-// adding the box's bytes to bar's transaction count. Parts of the box outside
-// the tensor arrive as zeros (their bytes count all the same).
+// describes into shared memory at dst, swizzled as the map says; as its bytes
+// land they count down the transaction bytes bar expects. Parts of the box
+// outside the tensor arrive as zeros (their bytes count all the same).
 __device__ __forceinline__ void tma_load(uint32_t dst, const CUtensorMap *map, uint32_t bar, int col, int row, int head, int batch)
 {
     asm volatile("cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
