@@ -3,8 +3,8 @@
  * One change from step 05: how O leaves the block. Step 05 stored each mma
  * fragment straight from registers: lane (g, t) writes 4 bytes at column 2t of
  * rows g and g + 8, so one store instruction of a warp covers 16 bytes of each of
- * 8 rows -- 8 partly filled 32-byte sectors per request, and 4 requests (one per
- * 8-column d-tile pair of registers) to fill one row's 128-byte line.
+ * 8 rows -- 8 half-filled 32-byte sectors per request, and 8 requests (one per
+ * 8-column d-tile) to fill one row's 128-byte line.
  *
  * Now O is normalised in registers as before, written into the Q tile's shared
  * memory (free since the prologue: Q lives in registers) with Q's swizzle, and
