@@ -1,39 +1,28 @@
-/* Step 08 - the Hopper kernel: TMA, mbarriers, wgmma and warp specialisation.
+/* Step 09 - warp specialisation: a producer warpgroup, consumers that take turns.
  *
- * Steps 01-07 use only instructions every GPU since Ampere has. This step is a
- * second kernel for one GPU family, Hopper (sm_90a), and the one step that
- * changes more than one thing: wgmma does not fit the old structure, so the
- * structure around it changes with it (docs/08_hopper_wgmma.md):
+ * One change from step 08: who does what. In step 08 every warp both computes
+ * and waits: one thread of the block issues the next tiles' copies between its
+ * products, and the whole block meets at a barrier each tile before a stage may
+ * be refilled. Here the block gets one more warpgroup, the producer, that does
+ * nothing but issue TMA copies; the others, the consumers, only compute:
  *
- * 1. wgmma (warpgroup MMA). Four warps issue one m64nNk16 together; B, and for
- *    Q K^T also A, are read straight from shared memory through 64-bit matrix
- *    descriptors, so no ldmatrix and no fragment registers for Q, K or V. The
- *    instruction is asynchronous: the warp issues it and goes on, and waits
- *    for it (wgmma.wait_group) only where it needs the result. mma.sync held
- *    its warp for the whole product (6 cycles of stall per HMMA in step 07).
- * 2. TMA (cp.async.bulk.tensor): one thread moves a whole [rows][64] tile with
- *    one instruction, described by a tensor map built on the host, already
- *    128-byte swizzled the way wgmma reads it. Rows past seqlen come back as
- *    zeros and stores past seqlen are dropped by the copy engine, so there are
- *    no tail checks in the copies.
- * 3. mbarriers: the producer raises an mbarrier's expected transaction count
- *    by a tile's bytes and the TMA copy counts it down as they land; consumers
- *    wait on the barrier's phase bit. A second set of barriers tells the
- *    producer a stage is free.
- * 4. Warp specialisation: warpgroup 0 is the producer (one thread issues
- *    every copy, then the group gives its registers away with setmaxnreg);
- *    the other warpgroups are consumers, 64 query rows each: two (BLOCK_M =
- *    128), or three at d64 on large grids (see LargeGridConfig). K and V go
- *    through STAGES shared-memory stages.
- * 5. Softmax under the MMA: a consumer issues S_n = Q K_n^T and O += P_{n-1}
- *    V_{n-1} back to back, then runs the softmax of S_n while the second
- *    product is still on the tensor cores. The two consumers also take turns
- *    (a named barrier each) so one issues its products while the other is in
- *    its softmax.
- * 6. The epilogue writes O, normalised, into the consumer's own Q slab (the
- *    same swizzle) and one thread stores it with a TMA store.
- * The tiles change too: 128 keys per tile at both head dims (step 07: 64, or 128 on small grids),
- * and 192 query rows per block at d64 on large grids.
+ * 1. The producer (warpgroup 0; one of its threads issues every copy) runs ahead
+ *    of the consumers by STAGES tiles. Each stage now has a second pair of
+ *    mbarriers, k_empty and v_empty, on which every consumer warp arrives once
+ *    its wgmma reading that stage are done; the producer waits on them before it
+ *    refills the stage. No block-wide barrier is left in the key loop.
+ * 2. setmaxnreg: the producer needs a few registers for addresses and counters,
+ *    so it gives its allocation away (24 per thread) and the consumers take it
+ *    (240 each for two consumers, 160 for three): the SM's 64K registers go to
+ *    the warps that hold S, P and O.
+ * 3. The consumers take turns at the tensor cores (FlashAttention-3's ping-pong):
+ *    a named barrier per consumer lets consumer c issue its product only after
+ *    consumer c - 1 has issued its own, so while one consumer is in its softmax
+ *    the other's product runs.
+ * 4. With the registers to spare, three consumers (192 query rows per block) at
+ *    d64 on grids larger than the GPU (see LargeGridConfig).
+ * Within a consumer the work stays in order: S_n, its softmax, then P_n V_n,
+ * each product waited for before the next step.
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
@@ -79,8 +68,8 @@ struct Config {
 };
 // Two consumers (128 query rows per block) everywhere, except d64 on grids with more
 // 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
-// choice for d64) was measured 5-15% faster, and on smaller grids 12% slower (fewer,
-// larger blocks leave SMs idle). See docs/08_hopper_wgmma.md, run 23.
+// choice for d64) was measured 5-15% faster, and on a smaller grid 0.87x the throughput
+// (fewer, larger blocks leave SMs idle). See docs/09_warp_specialized.md.
 template <int D>
 using SmallGridConfig = Config<D, 2>;
 template <int D>
@@ -449,10 +438,10 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     auto release = [&](uint32_t bar) {
         if (lane == 0) mbarrier_arrive(bar);
     };
-    // Turns at the tensor cores: consumer c issues its products only after consumer
+    // Turns at the tensor cores: consumer c issues a product only after consumer
     // c - 1 has issued its own, so while one consumer is in its softmax the other's
-    // products run. Every consumer takes n_blocks + 1 turns; the last consumer hands
-    // the first turn out before the loop and keeps its own last one.
+    // product runs. Every consumer takes 2 n_blocks turns (S_n, then P_n V_n); the
+    // last consumer hands the first turn out before the loop and keeps its own last one.
     auto turn_begin = [&] {
         named_barrier_sync(NB::TURN + c, 2 * WARPGROUP);
     };
@@ -462,7 +451,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
 
     // The online softmax of S_n, in place: masks, updates the running max and sum,
     // and leaves P = exp2(S scale - m) in s_acc. Returns whether O must be rescaled
-    // by correction[] (that waits until the P V in flight has finished).
+    // by correction[] (the caller does it, when no product that adds to O is running).
     auto softmax = [&](int n, float (&correction)[2]) {
         if (n >= w.first_masked) {
 #pragma unroll
@@ -523,55 +512,37 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     if (w.n_blocks > 0) {
         float correction[2];
         if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
-        // Tile 0: S_0 alone.
-        mbarrier_wait(bars.k_full(0), 0);
-        turn_begin();
-        wgmma_fence();
-        issue_qk(0);
-        turn_end(false);
-        wgmma_wait<0>();
-        fence_registers(s_acc);
-        release(bars.k_empty(0));
-        softmax(0, correction);  // O is still zero: nothing to rescale
-        pack_p();
-        // Tile n: S_n and P_{n-1} V_{n-1} issued together; the softmax of S_n runs
-        // while P_{n-1} V_{n-1} is still on the tensor cores.
-        for (int n = 1; n < w.n_blocks; n++) {
-            mbarrier_wait(bars.k_full(n % STAGES), n / STAGES & 1);
-            mbarrier_wait(bars.v_full((n - 1) % STAGES), (n - 1) / STAGES & 1);
+        for (int n = 0; n < w.n_blocks; n++) {
+            const int stage = n % STAGES;
+            const uint32_t parity = n / STAGES & 1;
+            // S_n = Q K_n^T, in one turn; then the softmax, while the other consumer's turn runs.
+            mbarrier_wait(bars.k_full(stage), parity);
             turn_begin();
             fence_registers(s_acc);
-            fence_registers(o_acc);
             wgmma_fence();
             issue_qk(n);
-            issue_pv(n - 1);
             turn_end(false);
-            wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
+            wgmma_wait<0>();
             fence_registers(s_acc);
-            release(bars.k_empty(n % STAGES));
-            const bool rescale = softmax(n, correction);
-            wgmma_wait<0>();  // P_{n-1} V_{n-1} is done: O may change, p_frag may be rewritten
-            fence_registers(o_acc);
-#pragma unroll
-            for (int j = 0; j < BLOCK_N / WG_K; j++) fence_registers(p_frag[j]);
-            release(bars.v_empty((n - 1) % STAGES));
-            if (rescale) {
+            release(bars.k_empty(stage));
+            if (softmax(n, correction)) {  // no product is running: O may be rescaled now
 #pragma unroll
                 for (int i = 0; i < D / 2; i++) o_acc[i] *= correction[i / 2 % 2];
             }
             pack_p();
+            // O += P_n V_n, in the next turn.
+            mbarrier_wait(bars.v_full(stage), parity);
+            turn_begin();
+            fence_registers(o_acc);
+            wgmma_fence();
+            issue_pv(n);
+            turn_end(n == w.n_blocks - 1);
+            wgmma_wait<0>();
+            fence_registers(o_acc);
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / WG_K; j++) fence_registers(p_frag[j]);
+            release(bars.v_empty(stage));
         }
-        // The last P V.
-        const int last = w.n_blocks - 1;
-        mbarrier_wait(bars.v_full(last % STAGES), last / STAGES & 1);
-        turn_begin();
-        fence_registers(o_acc);
-        wgmma_fence();
-        issue_pv(last);
-        turn_end(true);
-        wgmma_wait<0>();
-        fence_registers(o_acc);
-        release(bars.v_empty(last % STAGES));
     }
 
     // Epilogue: finish the row sums across the quad, normalise, write O as 16-bit
@@ -821,6 +792,6 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
     return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
 }
 
-extern "C" const char *fa2_name(void) { return "08_hopper_wgmma"; }
-extern "C" const char *fa2_key_change(void) { return "Hopper: TMA + mbarriers, wgmma from shared memory, producer/consumer warpgroups, softmax under P V"; }
+extern "C" const char *fa2_name(void) { return "09_warp_specialized"; }
+extern "C" const char *fa2_key_change(void) { return "a producer warpgroup issues the copies; consumer warpgroups compute, taking turns at the tensor cores"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
