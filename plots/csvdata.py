@@ -74,18 +74,21 @@ def by_step_and_shape(rows):
     return merged
 
 
-def newest_committed_csv():
-    """The compare CSV of the newest commit that added one (git), for `make plots` with no CSV."""
+def newest_committed_csv(holds=lambda path: True):
+    """The compare CSV of the newest commit that added one (git) for which holds(path) is true,
+    for `make plots` with no CSV."""
     try:
         names = subprocess.run(["git", "-C", ROOT, "log", "--diff-filter=A", "--name-only", "--format=", "--",
                                 "results"], capture_output=True, text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         names = []
     for name in names:  # newest commit first
-        if os.path.basename(name).startswith("compare-") and name.endswith(".csv") and os.path.exists(
-                os.path.join(ROOT, name)):
-            return os.path.join(ROOT, name)
-    raise SystemExit("error: no committed results/**/compare-*.csv (git found none): give a CSV, or run make compare")
+        path = os.path.join(ROOT, name)
+        if os.path.basename(name).startswith("compare-") and name.endswith(".csv") and os.path.exists(path) \
+                and holds(path):
+            return path
+    raise SystemExit("error: no committed results/**/compare-*.csv (git found none) with the rows this plot needs: "
+                     "give a CSV, or run make compare")
 
 
 def gpu_of(rows, wanted=None):
@@ -160,8 +163,9 @@ def base_parser(doc, default_out):
     return ap
 
 
-def parse(ap):
-    """The parsed arguments, with the CSV defaulted to the newest committed one."""
+def parse(ap, holds=lambda path, args: True):
+    """The parsed arguments, with the CSV defaulted to the newest committed one for which
+    holds(path, args) is true (the plot's rows are in it)."""
     a = ap.parse_args()
-    a.csv = a.csv or newest_committed_csv()
+    a.csv = a.csv or newest_committed_csv(lambda path: holds(path, a))
     return a

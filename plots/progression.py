@@ -7,6 +7,7 @@ SDPA) and the measured mma.sync ceiling (and on Hopper the wgmma ceiling) as lab
 usage: python3 plots/progression.py [results/.../compare-<gpu>-<date>.csv] [--out PNG]
 """
 import math
+import textwrap
 
 import matplotlib
 
@@ -70,7 +71,8 @@ def main():
         ax.annotate(f"{v:.3g}" + ("\nFAIL" if failed else ""), (bar.get_x() + bar.get_width() / 2, v),
                     xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=10, zorder=3)
     ax.set_xticks(range(len(steps)))
-    ax.set_xticklabels([s.replace("_", "\n", 1).replace("_", " ") for s in steps], fontsize=9)
+    # number, then the name wrapped to the bar's width: 06_staged_epilogue -> 06 / staged / epilogue
+    ax.set_xticklabels([s[:2] + "\n" + textwrap.fill(s[3:].replace("_", " "), 12) for s in steps], fontsize=9)
     ax.set_xlim(-0.6, max(len(steps), 1) - 0.4)
 
     lines = [(name, at_shape[p]["tflops"], color, style)

@@ -18,16 +18,22 @@ def parse_args():
     ap.add_argument("--tokens", type=int, default=16384, help="batch x seqlen of the sweep")
     ap.add_argument("--heads", type=int, default=16)
     ap.add_argument("--dim", type=int, default=128)
-    return csvdata.parse(ap)
+    # with no CSV given, the newest committed one that holds a sweep (SHAPES=bench runs hold one point of it)
+    return csvdata.parse(ap, lambda path, args: len({r["seqlen_q"] for r in sweep_rows(path, args)[0]}) > 1)
+
+
+def sweep_rows(path, a):
+    """The rows of the sweep on one GPU (the last row's, or --device), and that GPU."""
+    rows = csvdata.read_rows(path)
+    gpu = csvdata.gpu_of(rows, a.device)
+    return [r for r in csvdata.on_gpu(rows, gpu)
+            if r["dtype"] == a.dtype and r["heads_q"] == a.heads and r["head_dim"] == a.dim and not r["causal"]
+            and r["seqlen_q"] == r["seqlen_k"] and r["batch"] * r["seqlen_q"] == a.tokens], gpu
 
 
 def main():
     a = parse_args()
-    rows = csvdata.read_rows(a.csv)
-    gpu = csvdata.gpu_of(rows, a.device)
-    rows = [r for r in csvdata.on_gpu(rows, gpu)
-            if r["dtype"] == a.dtype and r["heads_q"] == a.heads and r["head_dim"] == a.dim and not r["causal"]
-            and r["seqlen_q"] == r["seqlen_k"] and r["batch"] * r["seqlen_q"] == a.tokens]
+    rows, gpu = sweep_rows(a.csv, a)
     series = {}
     for (step, shape), r in sorted(csvdata.by_step_and_shape(rows).items(), key=lambda kv: kv[1]["seqlen_q"]):
         series.setdefault(step, []).append((r["seqlen_q"], r["tflops"], r["status"] == "FAIL"))

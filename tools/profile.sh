@@ -22,9 +22,9 @@ metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_
 metrics+=,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_executed_op_ldsm.sum
 metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed
-# wgmma (step 08): its instruction count exists only on Hopper. Its tensor-pipe cycles are
-# counted by the hmma metric above (step 08 runs no HMMA; on an H200 that metric read 69%
-# for it, and the gmma cycles metric read n/a).
+# wgmma (steps 08-10): its instruction count exists only on Hopper. Its tensor-pipe cycles are
+# counted by the hmma metric above (steps 08-10 run no HMMA; on an H200 that metric read 69%
+# for step 10, and the gmma cycles metric read n/a).
 if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')" = 9.0 ]; then
   metrics+=,sm__inst_executed_pipe_tensor_op_gmma.sum
 fi
