@@ -61,6 +61,19 @@ static int dims_nest(const dim d_in[4])
     return 1;
 }
 
+static const char *const TENSOR_NAMES[4] = {"q", "k", "v", "o"};
+static const char *const DIM_NAMES[4] = {"", "row", "head", "batch"}; /* as in the ABI's <tensor>_<dim>_stride */
+
+/* The base pointers and the dims of q, k, v and o, in that order. */
+static void tensors_of(const fa2_params *p, const void *bases[4], dim d[4][4])
+{
+    bases[0] = p->q, bases[1] = p->k, bases[2] = p->v, bases[3] = p->o;
+    dims_of(d[0], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
+    dims_of(d[1], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+    dims_of(d[2], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    dims_of(d[3], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
+}
+
 /* [first, last] byte addresses, for the overlap checks. */
 typedef struct { uintptr_t first, last; } range;
 static int overlap(range a, range b) { return a.first <= b.last && b.first <= a.last; }
@@ -80,24 +93,19 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
     if (!isfinite(p->softmax_scale) || !(p->softmax_scale > 0))
         REFUSE("softmax_scale %g (allowed: finite and > 0)", (double)p->softmax_scale);
 
-    static const char *const names[4] = {"q", "k", "v", "o"};
-    const void *bases[4] = {p->q, p->k, p->v, p->o};
+    const void *bases[4];
     dim d[4][4];
-    dims_of(d[0], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
-    dims_of(d[1], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
-    dims_of(d[2], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
-    dims_of(d[3], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
-    static const char *const dim_names[4] = {"", "row", "head", "batch"};
+    tensors_of(p, bases, d);
     range ranges[4];
     for (int t = 0; t < 4; t++) {
         for (int i = 1; i < 4; i++)
             if (d[t][i].stride < 1)
-                REFUSE("%s_%s_stride %lld (allowed: >= 1 element)", names[t], dim_names[i], (long long)d[t][i].stride);
-        if ((uintptr_t)bases[t] % 2) REFUSE("%s at address %p (allowed: 2-byte aligned, a 16-bit element)", names[t], bases[t]);
+                REFUSE("%s_%s_stride %lld (allowed: >= 1 element)", TENSOR_NAMES[t], DIM_NAMES[i], (long long)d[t][i].stride);
+        if ((uintptr_t)bases[t] % 2) REFUSE("%s at address %p (allowed: 2-byte aligned, a 16-bit element)", TENSOR_NAMES[t], bases[t]);
         const int64_t last = last_offset(d[t]);
         if (last < 0)
             REFUSE("%s: its sizes and strides reach an element offset past 2^61 (allowed: offsets below 2^61 "
-                   "elements, so that byte offsets fit in int64)", names[t]);
+                   "elements, so that byte offsets fit in int64)", TENSOR_NAMES[t]);
         ranges[t] = (range){(uintptr_t)bases[t], (uintptr_t)bases[t] + (uintptr_t)last * 2 + 1};
     }
     if (!dims_nest(d[3]))
@@ -105,33 +113,33 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
                "nest, so every element of O is written once)", (long long)p->o_batch_stride, (long long)p->o_row_stride,
                (long long)p->o_head_stride);
     for (int t = 0; t < 3; t++)
-        if (overlap(ranges[3], ranges[t])) REFUSE("o overlaps %s (allowed: an output apart from the inputs)", names[t]);
+        if (overlap(ranges[3], ranges[t])) REFUSE("o overlaps %s (allowed: an output apart from the inputs)", TENSOR_NAMES[t]);
     if (p->lse) {
         if ((uintptr_t)p->lse % 4) REFUSE("lse at address %p (allowed: 4-byte aligned, a float)", (void *)p->lse);
         const uintptr_t n = (uintptr_t)p->batch * p->heads_q * p->seqlen_q; /* < 2^62: the sizes are capped above */
         const range lse = {(uintptr_t)p->lse, (uintptr_t)p->lse + n * 4 - 1};
         for (int t = 0; t < 4; t++)
-            if (overlap(lse, ranges[t])) REFUSE("lse overlaps %s (allowed: an output apart from the others)", names[t]);
+            if (overlap(lse, ranges[t])) REFUSE("lse overlaps %s (allowed: an output apart from the others)", TENSOR_NAMES[t]);
     }
     return 1;
 }
 
 int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, char *why, size_t why_len)
 {
-    static const char *const names[4] = {"q", "k", "v", "o"};
-    const void *bases[4] = {p->q, p->k, p->v, p->o};
+    const void *bases[4];
+    dim d[4][4];
+    tensors_of(p, bases, d);
     for (int t = 0; t < 4; t++)
         if ((uintptr_t)bases[t] % (uintptr_t)bytes)
-            REFUSE("%s at address %p (allowed: %d-byte aligned, for %s)", names[t], bases[t], bytes, need);
-    static const char *const stride_names[12] = {"q_batch", "q_row", "q_head", "k_batch", "k_row", "k_head",
-                                                 "v_batch", "v_row", "v_head", "o_batch", "o_row", "o_head"};
-    const int64_t strides[12] = {p->q_batch_stride, p->q_row_stride, p->q_head_stride, p->k_batch_stride,
-                                 p->k_row_stride,   p->k_head_stride, p->v_batch_stride, p->v_row_stride,
-                                 p->v_head_stride, p->o_batch_stride, p->o_row_stride, p->o_head_stride};
-    for (int i = 0; i < 12; i++)
-        if (strides[i] * 2 % bytes)
-            REFUSE("%s_stride %lld (allowed: a multiple of %d elements, for %s)", stride_names[i], (long long)strides[i],
-                   bytes / 2, need);
+            REFUSE("%s at address %p (allowed: %d-byte aligned, for %s)", TENSOR_NAMES[t], bases[t], bytes, need);
+    static const int order[3] = {3, 1, 2}; /* batch, row, head: the ABI's order of the strides */
+    for (int t = 0; t < 4; t++)
+        for (int k = 0; k < 3; k++) {
+            const int64_t stride = d[t][order[k]].stride;
+            if (stride * 2 % bytes)
+                REFUSE("%s_%s_stride %lld (allowed: a multiple of %d elements, for %s)", TENSOR_NAMES[t],
+                       DIM_NAMES[order[k]], (long long)stride, bytes / 2, need);
+        }
     return 1;
 }
 

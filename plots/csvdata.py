@@ -10,18 +10,13 @@ import math
 import os
 import statistics
 import subprocess
+import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+from shapes import read_shapes, visible_pairs  # noqa: E402
 
 INT_FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal")
-
-
-def visible_pairs(seqlen_q, seqlen_k, causal):
-    """Query-key pairs one head computes, as fa2_visible_pairs: row i sees keys j <= i + seqlen_k - seqlen_q."""
-    if not causal:
-        return seqlen_q * seqlen_k
-    shift = seqlen_k - seqlen_q
-    return seqlen_q * (shift + 1) + seqlen_q * (seqlen_q - 1) // 2 if shift >= 0 else seqlen_k * (seqlen_k + 1) // 2
 
 
 def read_rows(path):
@@ -47,12 +42,10 @@ def read_rows(path):
 
 def seed_shape(dtype=None):
     """The seed shape of reference/shapes.txt as (dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal)."""
-    with open(os.path.join(ROOT, "reference", "shapes.txt")) as f:
-        for line in f:
-            w = line.split()
-            if w and w[0] == "seed":
-                return (dtype or w[8],) + tuple(int(x) for x in w[1:8])
-    raise SystemExit("error: reference/shapes.txt has no seed shape")
+    seeds = read_shapes("seed")
+    if not seeds:
+        raise SystemExit("error: reference/shapes.txt has no seed shape")
+    return (dtype or seeds[0][7],) + seeds[0][:7]
 
 
 def shape_of(r):

@@ -32,9 +32,10 @@ esac
 case $ROUNDS in ''|*[!0-9]*|0) echo "error: compare.sh: ROUNDS='$ROUNDS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 case $ITERS in ''|*[!0-9]*|0) echo "error: compare.sh: ITERS='$ITERS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 # Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype", each once.
-mapfile -t shapes < <(for s in "${sets[@]}"; do
-  awk -v set="$s" '$1 == set { $1 = ""; print substr($0, 2) }' reference/shapes.txt; done | awk '!seen[$0]++')
-seed_shape=$(awk '$1 == "seed" { $1 = ""; print substr($0, 2); exit }' reference/shapes.txt)
+# shellcheck source=reference/shapes.sh
+. reference/shapes.sh
+mapfile -t shapes < <(for s in "${sets[@]}"; do shapes_of "$s"; done | awk '!seen[$0]++')
+seed_shape=$(shapes_of seed | head -n 1)
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
 if [ -z "$gpu" ]; then

@@ -10,7 +10,8 @@
 #   README: the page to rewrite (default README.md; docs/results-h200.md holds the H200's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-shapes_of() { awk -v set="$1" '$1 == set { $1 = ""; print substr($0, 2) }' reference/shapes.txt; }
+# shellcheck source=reference/shapes.sh
+. reference/shapes.sh
 
 csv=${1:-}
 if [ -z "$csv" ]; then

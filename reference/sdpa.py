@@ -22,6 +22,7 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "python"))
 import fa2  # noqa: E402
+from shapes import read_shapes, visible_pairs  # noqa: E402
 
 CSV_HEADER = ("step,device,date,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,"
               "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change")
@@ -36,17 +37,6 @@ BACKENDS = {  # name: (step name in the CSV, what it is)
 TOLERANCE = {"fp16": (2e-3, 1e-2), "bf16": (1.6e-2, 6e-2)}
 SAMPLE_SPREAD_ROWS = 32  # plus the first and last 8 rows, as the harness's row sample
 DEVICE = "cuda"
-
-
-def read_shapes(set_name):
-    """(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, dtype) of one set of reference/shapes.txt."""
-    shapes = []
-    with open(os.path.join(HERE, "shapes.txt")) as f:
-        for line in f:
-            w = line.split()
-            if w and w[0] == set_name:
-                shapes.append(tuple(int(x) for x in w[1:8]) + (w[8],))
-    return shapes
 
 
 def parse_args():
@@ -85,14 +75,6 @@ def parse_args():
         if b not in BACKENDS:
             ap.error(f"--backends: '{b}' is not allowed (allowed: {', '.join(BACKENDS)})")
     return a
-
-
-def visible_pairs(seqlen_q, seqlen_k, causal):
-    """Query-key pairs one head computes, as fa2_visible_pairs: row i sees keys j <= i + seqlen_k - seqlen_q."""
-    if not causal:
-        return seqlen_q * seqlen_k
-    shift = seqlen_k - seqlen_q
-    return sum(min(max(i + shift + 1, 0), seqlen_k) for i in range(seqlen_q))
 
 
 def sample_rows(seqlen):

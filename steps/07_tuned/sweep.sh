@@ -22,7 +22,9 @@ for c in "${candidates[@]}"; do
 done
 wait
 
-mapfile -t shapes < <(awk -v set="${SWEEP_SET:-bench}" '$1 == set { $1 = ""; print substr($0, 2) }' reference/shapes.txt)
+# shellcheck source=reference/shapes.sh
+. reference/shapes.sh
+mapfile -t shapes < <(shapes_of "${SWEEP_SET:-bench}")
 rm -f "$out.tmp"
 for c in "${candidates[@]}"; do
   set -- $c
