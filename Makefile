@@ -18,7 +18,7 @@ NVCCFLAGS  := $(NVCC_OPTS) $(GENCODE)
 # The Hopper steps use instructions that exist only in the target sm_90a (wgmma,
 # setmaxnreg): they are always built for that target alone, whatever ARCH says, and
 # on any other GPU they refuse to run, in one line. (`make hopper-steps` lists them.)
-HOPPER_STEPS   := 08 09 10
+HOPPER_STEPS   := 08 09 10 11
 GENCODE_HOPPER := -gencode arch=compute_90a,code=sm_90a
 step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(GENCODE))
 CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm

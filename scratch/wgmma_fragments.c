@@ -160,7 +160,7 @@ static void print_s_to_p(int n)
     putchar('\n');
 }
 
-/* The index formulas the warpgroups of steps 08-10 write out by hand: s_acc / o_acc
+/* The index formulas the warpgroups of steps 08-11 write out by hand: s_acc / o_acc
  * register i at row row0 + 8 (i / 2 % 2), column 8 (i / 4) + 2t + i % 2
  * (row0 = 16 warp + g), and pack_p's p_frag[j][a] = pack(s_acc[8j + 2a], s_acc[8j + 2a + 1]). */
 static int step08_formulas_agree(int n)

@@ -2,8 +2,8 @@
 # make step=NN profile: Nsight Compute on one launch of a step, with a curated
 # metric list (time, tensor pipe, issue slots, eligible warps, occupancy, shared
 # memory bank conflicts and wavefronts, global store requests and sectors, DRAM
-# throughput, the top stall reasons; on
-# Hopper also the wgmma instruction count).
+# throughput and bytes read, the L2 hit rate, the MUFU instruction count, the top
+# stall reasons; on Hopper also the wgmma instruction count).
 # usage: bash tools/profile.sh BINARY [harness args...]
 set -uo pipefail
 bin=$1; shift
@@ -21,9 +21,11 @@ metrics+=,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_b
 metrics+=,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum
 metrics+=,smsp__inst_executed_op_shared_ld.sum,smsp__inst_executed_op_shared_st.sum,smsp__inst_executed_op_ldsm.sum
 metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
-metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed
-# wgmma (steps 08-10): its instruction count exists only on Hopper. Its tensor-pipe cycles are
-# counted by the hmma metric above (steps 08-10 run no HMMA; on an H200 that metric read 69%
+metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct
+# the MUFU (XU pipe: exp2, reciprocal) share of all instructions issued
+metrics+=,sm__inst_executed_pipe_xu.sum,smsp__inst_executed.sum
+# wgmma (steps 08-11): its instruction count exists only on Hopper. Its tensor-pipe cycles are
+# counted by the hmma metric above (steps 08-11 run no HMMA; on an H200 that metric read 69%
 # for step 10, and the gmma cycles metric read n/a).
 if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')" = 9.0 ]; then
   metrics+=,sm__inst_executed_pipe_tensor_op_gmma.sum
