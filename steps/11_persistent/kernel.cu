@@ -13,11 +13,11 @@
  *  - the epilogue under the next item's start: O is staged in a buffer of its
  *    own (no longer in Q's), and the TMA store of it is only waited for when
  *    that buffer is written again, one item later.
- * The order of the list is the tile scheduler's (TileScheduler): (batch, head)
- * pairs in sections whose K and V fit in half the L2, the q tiles of one section
- * before the next section's, and, with a causal mask, the q tiles that see the
- * most keys first. Blocks started at the same time work on one section, so each
- * K/V tile is read from memory about once per section, not once per q tile.
+ * The order of the list and who takes what is the tile scheduler's
+ * (TileScheduler): a head's q tiles together, so that its K and V stay in L2
+ * while they run (the order step 10's grid had); under a causal mask the tile
+ * that sees the most keys first; and the blocks take the list in rounds that
+ * turn back at each end, so that a block's long items alternate with short ones.
  * Everything else is step 10's (docs/11_persistent.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
@@ -335,29 +335,27 @@ struct WorkItem {
     int m0, h, h_kv, b, n_blocks, first_masked, shift;
 };
 
-// The list of work items, m_blocks q tiles of each of pairs (batch, head) pairs,
-// in the order the blocks take them: block k takes items k, k + gridDim.x, ...
-// The pairs are cut into sections of `section` consecutive pairs (query heads of
-// one GQA group are consecutive, and share one K and V); a section's items come
-// before the next section's, q tile by q tile, the pairs of the section inside:
-//   item i -> section i / (section x m_blocks), then q tile, then pair.
-// A section is sized on the host so that its K and V fit in half the L2: the
-// blocks working at one time are on one section (two at its end), and each K/V
-// tile they read is read from memory about once. Causal: q tile m_blocks - 1
-// (the one that sees the most keys) first, so the short items fill the tail.
+// The list of work items, m_blocks q tiles of each of `pairs` (batch, head)
+// pairs, q tile fastest: item i is q tile i % m_blocks of pair i / m_blocks.
+// The blocks run at one time on gridDim.x consecutive items, so on all the q
+// tiles of a few heads (query heads of one GQA group are consecutive and share
+// one K and V): each K/V tile is read from memory about once per head, and hit
+// in L2 by the other q tiles of the head. Causal: a head's q tiles the other way
+// round, the one that sees the most keys first.
+// The blocks take the list in rounds of gridDim.x items, block k position k of
+// even rounds and gridDim.x - 1 - k of odd ones (a snake): under a causal mask a
+// long item of one round is followed by a short one in the next, so every block
+// ends up with about the same number of key tiles.
 // (fa2_supports keeps the item count under 2^31: ints suffice.)
 template <typename C>
 struct TileScheduler {
-    int m_blocks, pairs, section, items;
-    __device__ TileScheduler(const fa2_params &p, int section_pairs)
-        : m_blocks((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M), pairs(p.heads_q * p.batch), section(section_pairs),
-          items(m_blocks * pairs) {}
+    int m_blocks, items;
+    __device__ explicit TileScheduler(const fa2_params &p)
+        : m_blocks((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M), items(m_blocks * p.heads_q * p.batch) {}
     __device__ WorkItem item(int i, const fa2_params &p) const
     {
-        const int per_section = section * m_blocks, first_pair = i / per_section * section;
-        const int within = i % per_section, size = min(section, pairs - first_pair);
-        const int m_index = within / size, m_block = p.causal ? m_blocks - 1 - m_index : m_index;
-        const int pair = first_pair + within % size;
+        const int m_index = i % m_blocks, pair = i / m_blocks;
+        const int m_block = p.causal ? m_blocks - 1 - m_index : m_index;
         WorkItem w;
         w.m0 = m_block * C::BLOCK_M, w.h = pair % p.heads_q, w.b = pair / p.heads_q;
         w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
@@ -368,6 +366,21 @@ struct TileScheduler {
         w.first_masked = p.seqlen_k / C::BLOCK_N;
         if (p.causal) w.first_masked = min(w.first_masked, max(0, (w.m0 + w.shift + 1) / C::BLOCK_N));
         return w;
+    }
+    // Calls work(item, first_tile, ordinal) for this block's items in order: ordinal
+    // counts the block's items, first_tile its K/V tiles before this item (the two
+    // clocks of the barrier phases, which run on from item to item).
+    template <typename F>
+    __device__ void for_each_item(const fa2_params &p, F &&work) const
+    {
+        int64_t tile = 0, ordinal = 0;
+        for (int64_t start = 0, round = 0; start < items; start += gridDim.x, round++) {
+            const int64_t i = start + (round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);
+            if (i >= items) continue;  // the last round has fewer items than blocks
+            const WorkItem w = item((int)i, p);
+            work(w, tile, ordinal);
+            tile += w.n_blocks, ordinal++;
+        }
     }
 };
 
@@ -663,12 +676,12 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
 
 // ---- the kernel ------------------------------------------------------------------------
 
-// One block per SM (or per item, when there are fewer), for the whole launch: block
-// k takes work items k, k + gridDim.x, ... of the list (TileScheduler).
+// One block per SM (or per item, when there are fewer), for the whole launch, each
+// taking its share of the work items (TileScheduler).
 template <typename T, int D, typename C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     fa2_wgmma_kernel(const fa2_params p, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map, int section_pairs)
+                     const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map)
 {
     using L = SmemLayout<D, C>;
     extern __shared__ uint8_t smem_raw[];
@@ -676,7 +689,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const uint32_t smem = ((uint32_t)__cvta_generic_to_shared(smem_raw) + SWIZZLE_ATOM - 1) & ~(uint32_t)(SWIZZLE_ATOM - 1);
     const Barriers<C> bars{smem + L::BARRIERS};
 
-    const TileScheduler<C> schedule(p, section_pairs);
+    const TileScheduler<C> schedule(p);
 
     if (threadIdx.x == 0) {
         mbarrier_init(bars.q_full(), 1);  // the producer's arrive.expect_tx; the bytes do the rest
@@ -691,24 +704,18 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     }
     __syncthreads();
 
-    // Producer and consumers walk the same items; `tile` counts the block's K/V tiles
-    // so far and `ordinal` its items, the two clocks of the barrier phases.
-    int64_t tile = 0, ordinal = 0;
+    // Producer and consumers walk the same items.
     if (threadIdx.x < WARPGROUP) {
         setmaxnreg_dec<C::PRODUCER_REGS>();
         if (threadIdx.x == 0)
-            for (int64_t i = blockIdx.x; i < schedule.items; i += gridDim.x, ordinal++) {
-                const WorkItem w = schedule.item((int)i, p);
-                produce<D, C>(&q_map, &k_map, &v_map, smem, bars, w, tile, ordinal);
-                tile += w.n_blocks;
-            }
+            schedule.for_each_item(p, [&](const WorkItem &w, int64_t first_tile, int64_t ordinal) {
+                produce<D, C>(&q_map, &k_map, &v_map, smem, bars, w, first_tile, ordinal);
+            });
     } else {
         setmaxnreg_inc<C::CONSUMER_REGS>();
-        for (int64_t i = blockIdx.x; i < schedule.items; i += gridDim.x, ordinal++) {
-            const WorkItem w = schedule.item((int)i, p);
-            consume<T, D, C>(p, &o_map, smem, bars, w, tile, ordinal);
-            tile += w.n_blocks;
-        }
+        schedule.for_each_item(p, [&](const WorkItem &w, int64_t first_tile, int64_t ordinal) {
+            consume<T, D, C>(p, &o_map, smem, bars, w, first_tile, ordinal);
+        });
         // The last O store must be done before the block's shared memory goes away.
         if (threadIdx.x % WARPGROUP == 0) tma_store_wait_all();
     }
@@ -749,17 +756,12 @@ static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// What a launch needs to know of the GPU: its SM count (blocks of the grid) and
-// its L2 size (the tile scheduler's sections).
-struct GpuSize {
-    int sm_count, l2_bytes;
-};
-static cudaError_t gpu_size(GpuSize *gpu)
+// The GPU's SM count: the most blocks a launch has.
+static cudaError_t gpu_sm_count(int *sm_count)
 {
     int device = 0;
     cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&gpu->sm_count, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&gpu->l2_bytes, cudaDevAttrL2CacheSize, device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device);
     return err;
 }
 
@@ -770,7 +772,7 @@ static long long work_items(const fa2_params *p, int block_m)
 }
 
 template <typename T, int D, typename C>
-static int launch_with(const fa2_params *p, const GpuSize &gpu, cudaStream_t stream)
+static int launch_with(const fa2_params *p, int sm_count, cudaStream_t stream)
 {
     using L = SmemLayout<D, C>;
     CUtensorMap maps[4];
@@ -788,14 +790,8 @@ static int launch_with(const fa2_params *p, const GpuSize &gpu, cudaStream_t str
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    // The scheduler's section: as many (batch, head) pairs as have their K and V in half
-    // the L2 (the other half for Q, O and what other items pass through). A query
-    // head's share of K and V is 1 / (its GQA group) of one kv head's.
-    const long long group = p->heads_q / p->heads_kv, kv_bytes_per_pair = 2LL * p->seqlen_k * D * 2 / group;
-    const long long pairs = (long long)p->heads_q * p->batch;
-    const long long section = kv_bytes_per_pair > 0 ? std::max(1LL, std::min(pairs, gpu.l2_bytes / 2 / kv_bytes_per_pair)) : pairs;
-    const long long blocks = std::min(work_items(p, C::BLOCK_M), (long long)gpu.sm_count);
-    fa2_wgmma_kernel<T, D, C><<<(unsigned)blocks, C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3], (int)section);
+    const long long blocks = std::min(work_items(p, C::BLOCK_M), (long long)sm_count);
+    fa2_wgmma_kernel<T, D, C><<<(unsigned)blocks, C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -803,18 +799,18 @@ static int launch_with(const fa2_params *p, const GpuSize &gpu, cudaStream_t str
 // A launch takes ManyItemsConfig when there are more 128-row work items than the
 // GPU has SMs (the two configurations differ at d64 only).
 template <int D>
-static bool items_are_many(const fa2_params *p, const GpuSize &gpu)
+static bool items_are_many(const fa2_params *p, int sm_count)
 {
-    return work_items(p, FewItemsConfig<D>::BLOCK_M) > gpu.sm_count;
+    return work_items(p, FewItemsConfig<D>::BLOCK_M) > sm_count;
 }
 
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    GpuSize gpu;
-    FA2_CUDA_TRY(gpu_size(&gpu));
-    return items_are_many<D>(p, gpu) ? launch_with<T, D, ManyItemsConfig<D>>(p, gpu, stream)
-                                     : launch_with<T, D, FewItemsConfig<D>>(p, gpu, stream);
+    int sm_count = 0;
+    FA2_CUDA_TRY(gpu_sm_count(&sm_count));
+    return items_are_many<D>(p, sm_count) ? launch_with<T, D, ManyItemsConfig<D>>(p, sm_count, stream)
+                                          : launch_with<T, D, FewItemsConfig<D>>(p, sm_count, stream);
 }
 
 // The current GPU's compute capability as 10 major + minor, or 0 when no GPU
@@ -877,19 +873,19 @@ extern "C" int fa2_config_count(void) { return 2; }
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    GpuSize gpu;
-    const cudaError_t err = gpu_size(&gpu);
+    int sm_count = 0;
+    const cudaError_t err = gpu_sm_count(&sm_count);
     if (err != cudaSuccess) {
         cudaGetLastError();  // leave no error behind for the caller
         snprintf(what, what_len, "no GPU answers (%s): the choice depends on its SM count", cudaGetErrorString(err));
         return -1;
     }
-    const bool many = p->head_dim == 64 ? items_are_many<64>(p, gpu) : items_are_many<128>(p, gpu);
+    const bool many = p->head_dim == 64 ? items_are_many<64>(p, sm_count) : items_are_many<128>(p, sm_count);
     const int consumers = p->head_dim == 64 ? (many ? ManyItemsConfig<64>::CONSUMERS : FewItemsConfig<64>::CONSUMERS)
                                             : (many ? ManyItemsConfig<128>::CONSUMERS : FewItemsConfig<128>::CONSUMERS);
     snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row items %s %d SMs",
              consumers, consumers * WG_M, FewItemsConfig<64>::BLOCK_N, work_items(p, FewItemsConfig<64>::BLOCK_M),
-             many ? ">" : "<=", gpu.sm_count);
+             many ? ">" : "<=", sm_count);
     return consumers - 2;
 }
 
