@@ -14,10 +14,12 @@
  *    own (no longer in Q's), and the TMA store of it is only waited for when
  *    that buffer is written again, one item later.
  * The order of the list and who takes what is the tile scheduler's
- * (TileScheduler): a head's q tiles together, so that its K and V stay in L2
- * while they run (the order step 10's grid had); under a causal mask the tile
- * that sees the most keys first; and the blocks take the list in rounds that
- * turn back at each end, so that a block's long items alternate with short ones.
+ * (TileScheduler): the blocks take the list in rounds that turn back at each
+ * end, so that with a causal mask, where the list runs from the q tiles that see
+ * the most keys to those that see the fewest, a block's long items alternate
+ * with short ones and the blocks finish together; without one, where all items
+ * are equal, a head's q tiles come together so that its K and V stay in L2
+ * while they run.
  * Everything else is step 10's (docs/11_persistent.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
@@ -336,26 +338,31 @@ struct WorkItem {
 };
 
 // The list of work items, m_blocks q tiles of each of `pairs` (batch, head)
-// pairs, q tile fastest: item i is q tile i % m_blocks of pair i / m_blocks.
-// The blocks run at one time on gridDim.x consecutive items, so on all the q
-// tiles of a few heads (query heads of one GQA group are consecutive and share
-// one K and V): each K/V tile is read from memory about once per head, and hit
-// in L2 by the other q tiles of the head. Causal: a head's q tiles the other way
-// round, the one that sees the most keys first.
-// The blocks take the list in rounds of gridDim.x items, block k position k of
-// even rounds and gridDim.x - 1 - k of odd ones (a snake): under a causal mask a
-// long item of one round is followed by a short one in the next, so every block
-// ends up with about the same number of key tiles.
+// pairs, and who takes which. The blocks take the list in rounds of gridDim.x
+// items: block k position k of even rounds and gridDim.x - 1 - k of odd ones (a
+// snake), so that if the list runs from long items to short ones, a block's long
+// item of one round is followed by a short one in the next and every block ends
+// up with about the same number of key tiles. The order:
+//  - no mask: every item is as long as every other; a head's q tiles come
+//    together (item i is q tile i % m_blocks of pair i / m_blocks), so the blocks
+//    that run at one time share the K and V of a few heads (query heads of one
+//    GQA group are consecutive and share one K and V), read from memory about
+//    once and hit in L2 by the other q tiles -- the order of step 10's grid;
+//  - causal: each q tile sees at least as many keys as the one before it, so the
+//    list is sorted by length if the q tile is the outer index, the last first: item i
+//    is q tile m_blocks - 1 - i / pairs of pair i % pairs. A head's q tiles now
+//    run in different rounds; those of one round read the same K/V tiles at the
+//    same time (measured in docs/11_persistent.md).
 // (fa2_supports keeps the item count under 2^31: ints suffice.)
 template <typename C>
 struct TileScheduler {
-    int m_blocks, items;
+    int m_blocks, pairs, items;
     __device__ explicit TileScheduler(const fa2_params &p)
-        : m_blocks((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M), items(m_blocks * p.heads_q * p.batch) {}
+        : m_blocks((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M), pairs(p.heads_q * p.batch), items(m_blocks * pairs) {}
     __device__ WorkItem item(int i, const fa2_params &p) const
     {
-        const int m_index = i % m_blocks, pair = i / m_blocks;
-        const int m_block = p.causal ? m_blocks - 1 - m_index : m_index;
+        const int m_block = p.causal ? m_blocks - 1 - i / pairs : i % m_blocks;
+        const int pair = p.causal ? i % pairs : i / m_blocks;
         WorkItem w;
         w.m0 = m_block * C::BLOCK_M, w.h = pair % p.heads_q, w.b = pair / p.heads_q;
         w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
@@ -367,7 +374,7 @@ struct TileScheduler {
         if (p.causal) w.first_masked = min(w.first_masked, max(0, (w.m0 + w.shift + 1) / C::BLOCK_N));
         return w;
     }
-    // Calls work(item, first_tile, ordinal) for this block's items in order: ordinal
+    // Calls work(item, first_tile, ordinal) for this block's items in turn: ordinal
     // counts the block's items, first_tile its K/V tiles before this item (the two
     // clocks of the barrier phases, which run on from item to item).
     template <typename F>
