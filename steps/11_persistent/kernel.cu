@@ -13,13 +13,10 @@
  *  - the epilogue under the next item's start: O is staged in a buffer of its
  *    own (no longer in Q's), and the TMA store of it is only waited for when
  *    that buffer is written again, one item later.
- * The order of the list and who takes what is the tile scheduler's
- * (TileScheduler): the blocks take the list in rounds that turn back at each
- * end, so that with a causal mask, where the list runs from the q tiles that see
- * the most keys to those that see the fewest, a block's long items alternate
- * with short ones and the blocks finish together; without one, where all items
- * are equal, a head's q tiles come together so that its K and V stay in L2
- * while they run.
+ * Who takes what is the tile scheduler's (TileScheduler): units of equal work
+ * (one q tile, or under a causal mask the tile that sees the most keys with the
+ * one that sees the fewest), so the blocks finish together; a head's units next
+ * to each other, so its K and V stay in L2 while its q tiles run.
  * Everything else is step 10's (docs/11_persistent.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
@@ -337,32 +334,26 @@ struct WorkItem {
     int m0, h, h_kv, b, n_blocks, first_masked, shift;
 };
 
-// The list of work items, m_blocks q tiles of each of `pairs` (batch, head)
-// pairs, and who takes which. The blocks take the list in rounds of gridDim.x
-// items: block k position k of even rounds and gridDim.x - 1 - k of odd ones (a
-// snake), so that if the list runs from long items to short ones, a block's long
-// item of one round is followed by a short one in the next and every block ends
-// up with about the same number of key tiles. The order:
-//  - no mask: every item is as long as every other; a head's q tiles come
-//    together (item i is q tile i % m_blocks of pair i / m_blocks), so the blocks
-//    that run at one time share the K and V of a few heads (query heads of one
-//    GQA group are consecutive and share one K and V), read from memory about
-//    once and hit in L2 by the other q tiles -- the order of step 10's grid;
-//  - causal: each q tile sees at least as many keys as the one before it, so the
-//    list is sorted by length if the q tile is the outer index, the last first: item i
-//    is q tile m_blocks - 1 - i / pairs of pair i % pairs. A head's q tiles now
-//    run in different rounds; those of one round read the same K/V tiles at the
-//    same time (measured in docs/11_persistent.md).
-// (fa2_supports keeps the item count under 2^31: ints suffice.)
+// Who computes what. The work is handed out in units: one q tile of one (batch,
+// head) pair, or under a causal mask two, q tiles m_blocks - 1 - k and k of the
+// pair: those see the most and the fewest keys, and as a tile's keys grow
+// linearly with its index every such unit has about the same number of key tiles
+// (m_blocks + 1 with Nq = Nk). Block b takes units b, b + gridDim.x, ...: with
+// equal units the blocks finish together, whatever the shape. Unit u belongs to
+// pair u / units_per_pair, so the units that run at one time are the q tiles of
+// a few heads (query heads of one GQA group are consecutive and share one K and
+// V): each K/V tile is read from memory about once per head and hit in L2 by the
+// head's other q tiles, as in the order of step 10's grid.
+// (fa2_supports keeps the count of q tiles under 2^31: ints suffice.)
 template <typename C>
 struct TileScheduler {
-    int m_blocks, pairs, items;
+    int m_blocks, units_per_pair, units;
     __device__ explicit TileScheduler(const fa2_params &p)
-        : m_blocks((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M), pairs(p.heads_q * p.batch), items(m_blocks * pairs) {}
-    __device__ WorkItem item(int i, const fa2_params &p) const
+        : m_blocks((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M), units_per_pair(p.causal ? (m_blocks + 1) / 2 : m_blocks),
+          units(units_per_pair * p.heads_q * p.batch) {}
+    // The work item of q tile m_block of pair `pair` (pair = b x heads_q + h).
+    __device__ WorkItem item(int m_block, int pair, const fa2_params &p) const
     {
-        const int m_block = p.causal ? m_blocks - 1 - i / pairs : i % m_blocks;
-        const int pair = p.causal ? i % pairs : i / m_blocks;
         WorkItem w;
         w.m0 = m_block * C::BLOCK_M, w.h = pair % p.heads_q, w.b = pair / p.heads_q;
         w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
@@ -374,17 +365,22 @@ struct TileScheduler {
         if (p.causal) w.first_masked = min(w.first_masked, max(0, (w.m0 + w.shift + 1) / C::BLOCK_N));
         return w;
     }
-    // Calls work(item, first_tile, ordinal) for this block's items in turn: ordinal
-    // counts the block's items, first_tile its K/V tiles before this item (the two
-    // clocks of the barrier phases, which run on from item to item).
+    // Calls work(item, first_tile, ordinal) for this block's work items in turn:
+    // ordinal counts the block's items, first_tile its K/V tiles before this item
+    // (the two clocks of the barrier phases, which run on from item to item).
     template <typename F>
     __device__ void for_each_item(const fa2_params &p, F &&work) const
     {
+        // (One call site: the consumer is inlined once, not once per tile of a unit.)
+        const int tiles_per_unit = p.causal ? 2 : 1;
         int64_t tile = 0, ordinal = 0;
-        for (int64_t start = 0, round = 0; start < items; start += gridDim.x, round++) {
-            const int64_t i = start + (round % 2 == 0 ? blockIdx.x : gridDim.x - 1 - blockIdx.x);
-            if (i >= items) continue;  // the last round has fewer items than blocks
-            const WorkItem w = item((int)i, p);
+        for (int64_t j = 0;; j++) {  // the block's j-th q tile: tile j % 2 of its unit j / 2 (causal)
+            const int64_t u = blockIdx.x + j / tiles_per_unit * gridDim.x;
+            if (u >= units) break;
+            const int pair = (int)(u / units_per_pair), k = (int)(u % units_per_pair);
+            const int m_block = j % tiles_per_unit == 0 ? (p.causal ? m_blocks - 1 - k : k) : k;
+            if (j % tiles_per_unit == 1 && k == m_blocks - 1 - k) continue;  // an odd m_blocks: the middle tile alone
+            const WorkItem w = item(m_block, pair, p);
             work(w, tile, ordinal);
             tile += w.n_blocks, ordinal++;
         }
@@ -683,8 +679,8 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
 
 // ---- the kernel ------------------------------------------------------------------------
 
-// One block per SM (or per item, when there are fewer), for the whole launch, each
-// taking its share of the work items (TileScheduler).
+// One block per SM (or per unit of work, when there are fewer), for the whole
+// launch, each taking its share of the work (TileScheduler).
 template <typename T, int D, typename C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     fa2_wgmma_kernel(const fa2_params p, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -797,7 +793,10 @@ static int launch_with(const fa2_params *p, int sm_count, cudaStream_t stream)
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    const long long blocks = std::min(work_items(p, C::BLOCK_M), (long long)sm_count);
+    // Units of work (TileScheduler): one q tile each, or two under a causal mask.
+    const long long m_blocks = (p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M;
+    const long long units = (p->causal ? (m_blocks + 1) / 2 : m_blocks) * p->heads_q * p->batch;
+    const long long blocks = std::min(units, (long long)sm_count);
     fa2_wgmma_kernel<T, D, C><<<(unsigned)blocks, C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
