@@ -8,6 +8,9 @@
 # Every contender once per round, order rotated, three rounds (--check sample on the
 # first); then Nsight Compute on step 11 at the three causal benchmark shapes.
 # Writes under $OUT (or build/run40).
+# As it ran on the device, whose copy of the tree has no git history, `git show`
+# found neither commit: the two variants were not built, and run 40 timed step 11
+# against step 10 only (run 39 holds the same-run A/B of the two earlier orders).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/run40}; mkdir -p "$out"
