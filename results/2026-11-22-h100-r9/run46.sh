@@ -14,10 +14,13 @@ mkdir -p build/ab
 python3 - "$src" build/ab/two-consumers.cu <<'PY'
 import sys
 src, dst = sys.argv[1:]
-old = "using ManyItemsConfig = Config<D, D == 64 ? 3 : 2>;"
 text = open(src).read()
-assert text.count(old) == 1, "the configuration line is not in the kernel exactly once"
-open(dst, "w").write(text.replace(old, "using ManyItemsConfig = Config<D, 2>;"))  # build/ab/: the includes hold
+# the configuration, and the static_assert that numbers it (fa2_config then says 0 for both)
+for old, new in [("using ManyItemsConfig = Config<D, D == 64 ? 3 : 2>;", "using ManyItemsConfig = Config<D, 2>;"),
+                 ("ManyItemsConfig<64>::CONSUMERS == 3", "ManyItemsConfig<64>::CONSUMERS == 2")]:
+    assert text.count(old) == 1, f"'{old}' is not in the kernel exactly once"
+    text = text.replace(old, new)
+open(dst, "w").write(text)  # build/ab/ is as deep as steps/11_*/: the includes hold
 PY
 make -s -j16 build/step11/fa2 >/dev/null
 make -s variant step=11 NAME=ab11-two-consumers SRC=build/ab/two-consumers.cu
