@@ -62,10 +62,13 @@ struct Config {
                   "BLOCK_N is the n of one wgmma (a multiple of 8, at most 256) and P V consumes it 16 keys at a time");
     static_assert(STAGES >= 2, "the copy of tile n + 1 needs its own buffer while tile n is read");
 };
-// Two consumers (128 query rows per work item) everywhere, except d64 when there are more
-// 128-row items than SMs: there a third consumer (192 rows per item, FlashAttention-3's
-// choice for d64) was measured 5-15% faster in step 09, and with fewer items 0.87x the
-// throughput (fewer, larger items leave SMs idle). See docs/09_warp_specialized.md.
+// Two consumers (128 query rows per work item) everywhere, except d64 without a causal
+// mask when there are more 128-row items than SMs: there a third consumer (192 rows per
+// item, FlashAttention-3's choice for d64) was measured 5-15% faster in step 09 and
+// 1.08-1.17x in this step, and with fewer items 0.87x the throughput (fewer, larger items
+// leave SMs idle). With a causal mask two consumers were as fast at B4 H16 N4096 and
+// 1.14x faster at B16 H16 N1024: a 192-row tile wastes more of the key tiles that
+// cross the diagonal. See docs/09_warp_specialized.md and docs/11_persistent.md.
 template <int D>
 using FewItemsConfig = Config<D, 2>;
 template <int D>
@@ -803,11 +806,11 @@ static int launch_with(const fa2_params *p, int sm_count, cudaStream_t stream)
 }
 
 // A launch takes ManyItemsConfig when there are more 128-row work items than the
-// GPU has SMs (the two configurations differ at d64 only).
+// GPU has SMs and no causal mask (the two configurations differ at d64 only).
 template <int D>
-static bool items_are_many(const fa2_params *p, int sm_count)
+static bool takes_many_items_config(const fa2_params *p, int sm_count)
 {
-    return work_items(p, FewItemsConfig<D>::BLOCK_M) > sm_count;
+    return !p->causal && work_items(p, FewItemsConfig<D>::BLOCK_M) > sm_count;
 }
 
 template <typename T, int D>
@@ -815,8 +818,8 @@ static int launch(const fa2_params *p, cudaStream_t stream)
 {
     int sm_count = 0;
     FA2_CUDA_TRY(gpu_sm_count(&sm_count));
-    return items_are_many<D>(p, sm_count) ? launch_with<T, D, ManyItemsConfig<D>>(p, sm_count, stream)
-                                          : launch_with<T, D, FewItemsConfig<D>>(p, sm_count, stream);
+    return takes_many_items_config<D>(p, sm_count) ? launch_with<T, D, ManyItemsConfig<D>>(p, sm_count, stream)
+                                                   : launch_with<T, D, FewItemsConfig<D>>(p, sm_count, stream);
 }
 
 // The current GPU's compute capability as 10 major + minor, or 0 when no GPU
@@ -886,12 +889,13 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
         snprintf(what, what_len, "no GPU answers (%s): the choice depends on its SM count", cudaGetErrorString(err));
         return -1;
     }
-    const bool many = p->head_dim == 64 ? items_are_many<64>(p, sm_count) : items_are_many<128>(p, sm_count);
+    const bool many = p->head_dim == 64 ? takes_many_items_config<64>(p, sm_count) : takes_many_items_config<128>(p, sm_count);
     const int consumers = p->head_dim == 64 ? (many ? ManyItemsConfig<64>::CONSUMERS : FewItemsConfig<64>::CONSUMERS)
                                             : (many ? ManyItemsConfig<128>::CONSUMERS : FewItemsConfig<128>::CONSUMERS);
-    snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row items %s %d SMs",
-             consumers, consumers * WG_M, FewItemsConfig<64>::BLOCK_N, work_items(p, FewItemsConfig<64>::BLOCK_M),
-             many ? ">" : "<=", sm_count);
+    const long long items = work_items(p, FewItemsConfig<64>::BLOCK_M);
+    snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row items %s %d SMs%s",
+             consumers, consumers * WG_M, FewItemsConfig<64>::BLOCK_N, items, items > sm_count ? ">" : "<=", sm_count,
+             p->causal ? ", causal" : "");
     return consumers - 2;
 }
 
