@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run 47 (H100): `make test` on the whole tree (every step, 00-11, the cuBLAS baseline, after step 11 took two consumers under a causal mask and sanitize a sixth shape;
+# Run 47 (H100): `make test` on the whole tree after step 11 took two consumers under a
+# causal mask and tools/sanitize.sh a sixth shape (every step, 00-11, the cuBLAS baseline,
 # the GPU matrix, compute-sanitizer on every GPU step, the torch binding). Keeps the
 # runner's output and its per-program logs (one tarball) under $OUT (or build/run47).
 set -uo pipefail
