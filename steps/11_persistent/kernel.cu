@@ -65,7 +65,7 @@ struct Config {
 // Two consumers (128 query rows per work item) everywhere, except d64 without a causal
 // mask when there are more 128-row items than SMs: there a third consumer (192 rows per
 // item, FlashAttention-3's choice for d64) was measured 5-15% faster in step 09 and
-// 1.08-1.17x in this step, and with fewer items 0.87x the throughput (fewer, larger items
+// 1.07-1.17x in this step, and with fewer items 0.87x the throughput (fewer, larger items
 // leave SMs idle). With a causal mask two consumers were as fast at B4 H16 N4096 and
 // 1.14x faster at B16 H16 N1024: a 192-row tile wastes more of the key tiles that
 // cross the diagonal. See docs/09_warp_specialized.md and docs/11_persistent.md.
