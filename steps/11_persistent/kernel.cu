@@ -2,8 +2,8 @@
  *
  * One change from step 10: the grid no longer has a block per (q tile, head,
  * batch). It has one block per SM (fewer when there is less work), and each
- * block walks a list of such work items, every gridDim.x-th one, until the list
- * is done. What that buys, at the seams between two items of one block:
+ * block works through such items, one after another, until its share is done.
+ * What that buys, at the seams between two items of one block:
  *  - no launch of a new block: the registers, the barriers and the producer's
  *    tensor maps stay where they are; the barrier phases simply run on;
  *  - the next item's loads under this item's end: each consumer releases its Q
@@ -16,7 +16,8 @@
  * Who takes what is the tile scheduler's (TileScheduler): units of equal work
  * (one q tile, or under a causal mask the tile that sees the most keys with the
  * one that sees the fewest), so the blocks finish together; a head's units next
- * to each other, so its K and V stay in L2 while its q tiles run.
+ * to each other, so its K and V stay in L2 while its q tiles run. With these
+ * units, two consumers beat three at d64 under a causal mask (ManyItemsConfig).
  * Everything else is step 10's (docs/11_persistent.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
