@@ -2,7 +2,8 @@
 #   build/reference/cublas/fa2, libfa2.so  the unfused cuBLAS baseline behind the fa2.h ABI
 #   build/reference/mma_ceiling            the measured mma.sync m16n8k16 peak of this GPU
 #   build/reference/wgmma_ceiling          the measured wgmma m64n256k16 peak (Hopper, sm_90a only)
-# Uses NVCC, NVCCFLAGS, NVCC_OPTS, GENCODE, GENCODE_HOPPER, CUDA_LIBS, BUILD and HARNESS_O of the top Makefile.
+# Uses NVCC, NVCCFLAGS, NVCC_OPTS, GENCODE, GENCODE_HOPPER, CUDA_LIBS, BUILD, HARNESS_O and NVCC_STAMP
+# of the top Makefile.
 
 REFERENCE_TARGETS := $(BUILD)/reference/cublas/fa2 $(BUILD)/reference/cublas/libfa2.so $(BUILD)/reference/mma_ceiling \
                      $(BUILD)/reference/wgmma_ceiling
@@ -11,7 +12,7 @@ REFERENCE_TARGETS := $(BUILD)/reference/cublas/fa2 $(BUILD)/reference/cublas/lib
 # binary and the .so (dlopen'ed by the test matrix, ctypes) find it without LD_LIBRARY_PATH.
 REFERENCE_CUBLAS_LIBS := -lcublas $(patsubst -L%,-Xlinker -rpath=%,$(filter -L%,$(CUDA_LIBS)))
 
-$(BUILD)/reference/cublas/kernel.o: reference/cublas_unfused.cu common/*.h
+$(BUILD)/reference/cublas/kernel.o: reference/cublas_unfused.cu common/*.h $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
@@ -21,7 +22,7 @@ $(BUILD)/reference/cublas/fa2: $(BUILD)/reference/cublas/kernel.o $(BUILD)/commo
 $(BUILD)/reference/cublas/libfa2.so: $(BUILD)/reference/cublas/kernel.o $(BUILD)/common/validate.o
 	$(NVCC) $(GENCODE) -shared $^ $(CUDA_LIBS) $(REFERENCE_CUBLAS_LIBS) -o $@
 
-$(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h
+$(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) $< $(CUDA_LIBS) -o $@
 
