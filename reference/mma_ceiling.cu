@@ -136,7 +136,7 @@ int main(int argc, char **argv)
                                           [](const cudaDeviceProp &p) { return p.major >= 8; });
     char date[16];
     probe_date(date);
-    FILE *csv = probe_csv_open(csv_path);
+    FILE *csv = probe_csv_open(csv_path, PROBE_TFLOPS_HEADER);
     for (int bf16 = 0; bf16 < 2; bf16++) {
         int blocks_per_sm = 0;
         const double tflops = bf16 ? measure_ceiling<true>(prop, &blocks_per_sm) : measure_ceiling<false>(prop, &blocks_per_sm);

@@ -1,7 +1,7 @@
-/* probe.h - what the two ceiling probes (mma_ceiling.cu, wgmma_ceiling.cu) share: the
- * first GPU, checked against what the probe needs; the median time of repeated
- * launches; the UTC date of a row and the CSV the rows are appended to
- * (probe,device,date,dtype,tflops). */
+/* probe.h - what the ceiling probes (mma_ceiling.cu, wgmma_ceiling.cu,
+ * bandwidth_ceiling.cu) share: the first GPU, checked against what the probe needs; the
+ * median time of repeated launches; the UTC date of a row and the CSV the rows are
+ * appended to (its header given by the probe). */
 #ifndef FA2_PROBE_H
 #define FA2_PROBE_H
 
@@ -73,9 +73,12 @@ static void probe_date(char (&date)[16])
     strftime(date, sizeof date, "%Y-%m-%d", &tm);
 }
 
-// The CSV to append rows to (its header first when the file is new), or NULL without --csv;
+// The TFLOP/s probes' CSV columns.
+constexpr const char *PROBE_TFLOPS_HEADER = "probe,device,date,dtype,tflops\n";
+
+// The CSV to append rows to (`header` first when the file is new), or NULL without --csv;
 // a file that cannot be opened is one line on stderr and exit code 2.
-static FILE *probe_csv_open(const char *path)
+static FILE *probe_csv_open(const char *path, const char *header)
 {
     if (!path) return NULL;
     FILE *csv = fopen(path, "a");
@@ -83,7 +86,7 @@ static FILE *probe_csv_open(const char *path)
         fprintf(stderr, "error: --csv: cannot open '%s' for appending\n", path);
         exit(2);
     }
-    if (ftell(csv) == 0) fputs("probe,device,date,dtype,tflops\n", csv);
+    if (ftell(csv) == 0) fputs(header, csv);
     return csv;
 }
 

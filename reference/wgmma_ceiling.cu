@@ -120,7 +120,7 @@ int main(int argc, char **argv)
                                           [](const cudaDeviceProp &p) { return p.major == 9 && p.minor == 0; });
     char date[16];
     probe_date(date);
-    FILE *csv = probe_csv_open(csv_path);
+    FILE *csv = probe_csv_open(csv_path, PROBE_TFLOPS_HEADER);
     for (int bf16 = 0; bf16 < 2; bf16++) {
         const double tflops = bf16 ? measure<__nv_bfloat16>(prop) : measure<__half>(prop);
         const char *dtype = bf16 ? "bf16" : "fp16";
