@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs 49 (H100) and 50 (H200): the streaming-read bandwidth probe, three times in a row
-# (each prints the median of nine launches). Writes the CSV under $OUT (or build/runNN).
+# Run 49 (H100): the streaming-read bandwidth probe, three times in a row (each prints
+# the median of nine launches). Writes the CSV under $OUT (or build/runNN). (Run on an
+# H200 as run 50 it was not: this session's device time was spent.)
 # usage: bash run49.sh RUN_NUMBER
 set -uo pipefail
 cd "$(dirname "$0")/../.."
