@@ -15,7 +15,6 @@
  */
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "probe.h"
 
@@ -43,19 +42,8 @@ __global__ void __launch_bounds__(THREADS) stream_read_kernel(const uint4 *src, 
 
 int main(int argc, char **argv)
 {
-    const char *csv_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help")) {
-            puts("usage: bandwidth_ceiling [--csv FILE]   streaming-read bandwidth of GPU 0's memory, GB/s");
-            return 0;
-        }
-        if (!strcmp(argv[i], "--csv") && i + 1 < argc && argv[i + 1][0]) {
-            csv_path = argv[++i];
-            continue;
-        }
-        fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE, --help)\n", argv[i]);
-        return 2;
-    }
+    const char *csv_path =
+        probe_args(argc, argv, "usage: bandwidth_ceiling [--csv FILE]   streaming-read bandwidth of GPU 0's memory, GB/s", NULL, NULL);
     const cudaDeviceProp prop = probe_gpu("bandwidth_ceiling", "a CUDA GPU", [](const cudaDeviceProp &) { return true; });
     char date[16];
     probe_date(date);

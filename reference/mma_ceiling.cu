@@ -20,7 +20,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include "probe.h"
 
@@ -112,24 +111,10 @@ template <int CHAINS_> static void table_row(const cudaDeviceProp &prop, const c
 
 int main(int argc, char **argv)
 {
-    const char *csv_path = NULL;
     int latency_table = 0;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help")) {
-            puts("usage: mma_ceiling [--csv FILE] [--latency-table]   mma.sync m16n8k16 fp16/bf16 -> fp32 peak TFLOP/s of GPU 0");
-            return 0;
-        }
-        if (!strcmp(argv[i], "--latency-table")) {
-            latency_table = 1;
-            continue;
-        }
-        if (!strcmp(argv[i], "--csv") && i + 1 < argc && argv[i + 1][0]) {
-            csv_path = argv[++i];
-            continue;
-        }
-        fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE, --latency-table, --help)\n", argv[i]);
-        return 2;
-    }
+    const char *csv_path = probe_args(
+        argc, argv, "usage: mma_ceiling [--csv FILE] [--latency-table]   mma.sync m16n8k16 fp16/bf16 -> fp32 peak TFLOP/s of GPU 0",
+        "--latency-table", &latency_table);
 
     // bf16 mma.sync m16n8k16 needs sm_80.
     const cudaDeviceProp prop = probe_gpu("mma_ceiling", "an sm_80 or newer GPU",

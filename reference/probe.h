@@ -7,6 +7,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 
 #include <algorithm>
@@ -14,6 +15,32 @@
 #include "../common/cuda_check.h"
 
 constexpr int PROBE_RUNS = 9;  // timed launches after one warm-up; the median is reported
+
+// The command line every probe takes: --csv FILE, --help (prints `usage`, exit 0) and, when
+// `flag` is not NULL, that one switch (*flag_set = 1 if given). Returns the CSV path or
+// NULL; anything else is one line on stderr and exit code 2.
+static const char *probe_args(int argc, char **argv, const char *usage, const char *flag, int *flag_set)
+{
+    const char *csv_path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help")) {
+            puts(usage);
+            exit(0);
+        }
+        if (flag && !strcmp(argv[i], flag)) {
+            *flag_set = 1;
+            continue;
+        }
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc && argv[i + 1][0]) {
+            csv_path = argv[++i];
+            continue;
+        }
+        fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE%s%s, --help)\n", argv[i], flag ? ", " : "",
+                flag ? flag : "");
+        exit(2);
+    }
+    return csv_path;
+}
 
 // The first GPU. Without one, or when usable(prop) is false, one line on stderr and exit
 // code 3: `needs` says what the probe needs ("an sm_80 or newer GPU").

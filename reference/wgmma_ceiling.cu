@@ -15,7 +15,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <string.h>
 
 #include <type_traits>
 
@@ -103,19 +102,9 @@ template <typename T> static double measure(const cudaDeviceProp &prop)
 
 int main(int argc, char **argv)
 {
-    const char *csv_path = NULL;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help")) {
-            puts("usage: wgmma_ceiling [--csv FILE]   wgmma m64n256k16 fp16/bf16 -> fp32 peak TFLOP/s of GPU 0 (Hopper only)");
-            return 0;
-        }
-        if (!strcmp(argv[i], "--csv") && i + 1 < argc && argv[i + 1][0]) {
-            csv_path = argv[++i];
-            continue;
-        }
-        fprintf(stderr, "error: argument '%s' is not allowed (allowed: --csv FILE, --help)\n", argv[i]);
-        return 2;
-    }
+    const char *csv_path = probe_args(
+        argc, argv, "usage: wgmma_ceiling [--csv FILE]   wgmma m64n256k16 fp16/bf16 -> fp32 peak TFLOP/s of GPU 0 (Hopper only)",
+        NULL, NULL);
     const cudaDeviceProp prop = probe_gpu("wgmma_ceiling", "compute capability 9.0 (wgmma exists only in sm_90a)",
                                           [](const cudaDeviceProp &p) { return p.major == 9 && p.minor == 0; });
     char date[16];
