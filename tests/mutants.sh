@@ -20,21 +20,13 @@ mutants=(
 )
 make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
 libs=()
+mkdir -p build/mutants  # as deep as the step's own file: its #include "../../common/..." still resolve
 for m in "${mutants[@]}"; do
   IFS='|' read -r mutant from to <<<"$m"
-  dir=build/variants/mutant-$mutant
-  mkdir -p "$dir"
-  # the copy sits as deep as the step's own file, so its #include "../../common/..." still resolve
-  python3 - "$src" "$dir/kernel.cu" "$from" "$to" "$name" "$mutant" <<'PY' || { echo "FAIL mutant $mutant: its text is not in $src once"; exit 1; }
-import sys
-src, dst, old, new, name, mutant = sys.argv[1:]
-s = open(src).read()
-if s.count(old) != 1: sys.exit(1)
-s = s.replace(old, new).replace(f'"{name}"', f'"{name[:2]}_mutant_{mutant}"').replace('"../../common/', '"../../../common/')
-open(dst, "w").write(s)
-PY
-  make -s variant step=$step NAME="mutant-$mutant" SRC="$dir/kernel.cu" || echo "FAIL build mutant $mutant" &
-  libs+=("$dir/libfa2.so")
+  python3 tools/variant_src.py "$src" "build/mutants/$mutant.cu" "$from" "$to" "\"$name\"" "\"${step}_mutant_$mutant\"" ||
+    { echo "FAIL mutant $mutant: its text is not in $src once"; exit 1; }
+  make -s variant step=$step NAME="mutant-$mutant" SRC="build/mutants/$mutant.cu" || echo "FAIL build mutant $mutant" &
+  libs+=("build/variants/mutant-$mutant/libfa2.so")
 done
 wait
 build/tests/gpu_matrix "${libs[@]}" >build/variants/mutants-matrix.log 2>&1

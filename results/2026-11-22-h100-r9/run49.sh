@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run 49 (H100): the streaming-read bandwidth probe, three times in a row (each prints
-# the median of nine launches). Writes the CSV under $OUT (or build/runNN). (Run on an
-# H200 as run 50 it was not: this session's device time was spent.)
+# the median of nine launches). Writes the CSV under $OUT (or build/runNN). It has not
+# been run on an H200 yet.
 # usage: bash run49.sh RUN_NUMBER
 set -uo pipefail
 cd "$(dirname "$0")/../.."

@@ -4,11 +4,5 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-build/run48}; mkdir -p "$out"
-t0=$(date +%s)
 rm -rf steps/07_hopper_wgmma steps/08_hopper_wgmma  # folders the device may still hold from before a rename
-make -s -j16 build/tests/gpu_matrix build/step11/fa2 build/step11/libfa2.so >/dev/null
-bash tools/sanitize.sh build/step11/fa2 >"$out/run48-sanitize-step11.txt" 2>&1 &
-build/tests/gpu_matrix build/step11/libfa2.so >"$out/run48-gpu-matrix.log" 2>&1
-echo "matrix rc $? at $(( $(date +%s) - t0 )) s: $(grep -c '^PASS' "$out/run48-gpu-matrix.log") passed, $(grep -c '^FAIL' "$out/run48-gpu-matrix.log") failed"
-wait
-echo "sanitize at $(( $(date +%s) - t0 )) s: $(grep -c '^PASS' "$out/run48-sanitize-step11.txt") passed, $(grep -c '^FAIL' "$out/run48-sanitize-step11.txt") failed"
+bash tools/check.sh "$out/run48" 11

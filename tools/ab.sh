@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# tools/ab.sh - A/B timing in rounds: a step's binary and variants of it (`make variant`)
+# at the same shapes. Each round runs every contender once per shape, the order turned by
+# one from round to round; round 0 checks sampled rows against fp64 and later rounds only
+# time (30 launches after 3). Appends the harness's rows with two more columns,
+# variant,round, to OUT.csv, and prints each contender's median over the rounds per shape.
+# usage: bash tools/ab.sh OUT.csv ROUNDS SHAPES NAME=BINARY [NAME=BINARY ...]
+#   SHAPES: a set of reference/shapes.txt (seed, bench, sweep), or the harness arguments
+#           of one or more shapes separated by ';' ("--dim 64 --batch 4;--dim 64 --causal")
+set -uo pipefail
+cd "$(dirname "$0")/.."
+csv=${1:?usage: tools/ab.sh OUT.csv ROUNDS SHAPES NAME=BINARY [NAME=BINARY ...]}
+rounds=${2:?usage: tools/ab.sh OUT.csv ROUNDS SHAPES NAME=BINARY ...}
+set_or_args=${3:?usage: tools/ab.sh OUT.csv ROUNDS SHAPES NAME=BINARY ...}
+shift 3
+names=() bins=()
+for c in "$@"; do names+=("${c%%=*}"); bins+=("${c#*=}"); done
+n=${#bins[@]}
+[ "$n" -gt 0 ] || { echo "error: tools/ab.sh: no NAME=BINARY contender given" >&2; exit 2; }
+
+shapes=()
+if [[ $set_or_args == -* ]]; then
+  IFS=';' read -r -a shapes <<<"$set_or_args"
+else
+  # shellcheck source=reference/shapes.sh
+  . reference/shapes.sh
+  while read -r b h hkv nq nk d causal dtype; do
+    shapes+=("--batch $b --heads $h --kv-heads $hkv --seqlen-q $nq --seqlen-k $nk --dim $d --dtype $dtype$([ "$causal" = 1 ] && echo " --causal")")
+  done < <(shapes_of "$set_or_args")
+  [ ${#shapes[@]} -gt 0 ] || { echo "error: tools/ab.sh: SHAPES='$set_or_args' is no set of reference/shapes.txt" >&2; exit 2; }
+fi
+
+one=$(mktemp)
+for ((round = 0; round < rounds; round++)); do
+  check=$([ "$round" = 0 ] && echo sample || echo off)
+  for shape in "${shapes[@]}"; do
+    for ((k = 0; k < n; k++)); do
+      j=$(( (k + round) % n ))
+      rm -f "$one"
+      # shellcheck disable=SC2086
+      line=$("${bins[$j]}" $shape --warmup 3 --iters 30 --check "$check" --csv "$one" 2>&1 | tail -n 1)
+      case $line in *FAIL*) echo "FAIL ${names[$j]} $shape: $line";; esac
+      [ -s "$one" ] || { echo "no result: ${names[$j]} $shape: $line"; continue; }
+      [ -f "$csv" ] || head -n 1 "$one" | awk '{print $0",variant,round"}' >"$csv"
+      tail -n +2 "$one" | awk -v v="${names[$j]}" -v r="$round" '{print $0","v","r}' >>"$csv"
+    done
+  done
+done
+rm -f "$one"
+
+echo "medians over the rounds (ms):"
+awk -F, -v names="${names[*]}" '
+  NR > 1 { key = "B"$5" H"$6"/"$7" N"$8" d"$10" "$4" c"$11
+           if (!(key in seen)) { seen[key] = 1; order[++n_keys] = key }
+           t[key, $(NF-1), ++count[key, $(NF-1)]] = $12 }
+  # the median of t[key, v, 1 .. count] (insertion sort: a few rounds)
+  function median(key, v,    m, i, j, x, s) {
+      m = count[key, v]; if (m == 0) return "-"
+      for (i = 1; i <= m; i++) s[i] = t[key, v, i] + 0
+      for (i = 2; i <= m; i++) { x = s[i]; for (j = i - 1; j >= 1 && s[j] > x; j--) s[j + 1] = s[j]; s[j + 1] = x }
+      return sprintf("%.4f", m % 2 ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2)
+  }
+  END { n_v = split(names, v, " ")
+        printf "%-34s", "shape"; for (i = 1; i <= n_v; i++) printf " %14s", v[i]; printf "\n"
+        for (k = 1; k <= n_keys; k++) { printf "%-34s", order[k]
+          for (i = 1; i <= n_v; i++) printf " %14s", median(order[k], v[i]); printf "\n" } }' "$csv"
