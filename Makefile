@@ -23,8 +23,8 @@ GENCODE_HOPPER := -gencode arch=compute_90a,code=sm_90a
 step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(GENCODE))
 CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm
 # An object compiled for one ARCH is not reused under another: the objects that nvcc builds
-# with $(NVCCFLAGS) depend on a stamp file named after those flags, which is new (and newer
-# than them) whenever the flags change.
+# with $(NVCCFLAGS) (not the Hopper steps', always sm_90a) depend on a stamp file named
+# after those flags, which is new (and newer than them) whenever the flags change.
 NVCC_STAMP := $(BUILD)/.nvcc-flags-$(shell printf '%s' '$(NVCCFLAGS)' | cksum | cut -d' ' -f1)
 $(NVCC_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.nvcc-flags-* && touch $@
@@ -122,7 +122,7 @@ $(BUILD)/step00/libfa2.so: $(BUILD)/step00/kernel.o $(BUILD)/common/validate.o
 	$(CC) -shared -fopenmp $^ -lm -o $@
 
 define GPU_STEP
-$(BUILD)/step$(1)/kernel.o: $(wildcard steps/$(1)_*/kernel.cu) common/*.h $(NVCC_STAMP)
+$(BUILD)/step$(1)/kernel.o: $(wildcard steps/$(1)_*/kernel.cu) common/*.h $(if $(filter $(1),$(HOPPER_STEPS)),,$(NVCC_STAMP))
 	@mkdir -p $$(dir $$@)
 	$(NVCC) $(NVCC_OPTS) $(call step_gencode,$(1)) -c $$< -o $$@
 

@@ -13,8 +13,8 @@
  *   - layouts: [batch, heads, seqlen, dim], padded rows with a non-dense O, strides
  *     that are not multiples of 8 and bases 2 bytes off 16-byte alignment (the
  *     last two may be refused, in one line, by steps that need alignment);
- *   - GQA ratios 2, 3, 8 and MQA; seqlens 4097, 20000 (K and V of 10 MB a head:
- *     the persistent step's L2 sections) and 70001; a Q and O of more than
+ *   - GQA ratios 2, 3, 8 and MQA; seqlens 4097, 20000 (K and V of 10 MB a head,
+ *     more than the L2 holds for five) and 70001; a Q and O of more than
  *     2^31 elements (long Q, short K); lse = NULL; a non-default stream; softmax
  *     scales other than 1/sqrt(d); a NaN in a row of Q, a row of K, an element of V.
  * Every tensor lives inside a guard zone: input padding and guards hold NaN (a
@@ -457,9 +457,9 @@ int main(int argc, char **argv)
         c = shape(1, 2, 2, 70001, 64, 64, 1, BF16); /* rows 0 .. 69936 see no key */
         run_case(steps, nsteps, &c);
     }
-    /* K and V of 10 MB per head: the persistent step's tile scheduler puts two heads in
-     * an L2 section of a 50 MB L2 (as many as fit in half of it), so five heads end in a
-     * section of one; 160 causal work items of unequal length for at most 132 blocks. */
+    /* K and V of 10 MB per head, five heads: together more than a 50 MB L2 holds; causal
+     * with Nq < Nk, so every q tile sees 16,000 to 20,000 keys and a tile scheduler that
+     * pairs q tiles pairs long key loops (the persistent step's causal units). */
     {
         test_case c = shape(1, 5, 5, 4000, 20000, 128, 1, BF16);
         run_case(steps, nsteps, &c);

@@ -2,8 +2,9 @@
 # tools/ab.sh - A/B timing in rounds: a step's binary and variants of it (`make variant`)
 # at the same shapes. Each round runs every contender once per shape, the order turned by
 # one from round to round; round 0 checks sampled rows against fp64 and later rounds only
-# time (30 launches after 3). Appends the harness's rows with two more columns,
-# variant,round, to OUT.csv, and prints each contender's median over the rounds per shape.
+# time (30 launches after 3). Writes the harness's rows with two more columns,
+# variant,round, to OUT.csv (a new file), and prints each contender's median over the
+# rounds per shape.
 # usage: bash tools/ab.sh OUT.csv ROUNDS SHAPES NAME=BINARY [NAME=BINARY ...]
 #   SHAPES: a set of reference/shapes.txt (seed, bench, sweep), or the harness arguments
 #           of one or more shapes separated by ';' ("--dim 64 --batch 4;--dim 64 --causal")
@@ -17,6 +18,7 @@ names=() bins=()
 for c in "$@"; do names+=("${c%%=*}"); bins+=("${c#*=}"); done
 n=${#bins[@]}
 [ "$n" -gt 0 ] || { echo "error: tools/ab.sh: no NAME=BINARY contender given" >&2; exit 2; }
+[ -e "$csv" ] && { echo "error: tools/ab.sh: OUT.csv '$csv' exists (allowed: a new file; the medians read all its rows)" >&2; exit 2; }
 
 shapes=()
 if [[ $set_or_args == -* ]]; then
