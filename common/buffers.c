@@ -6,7 +6,7 @@
 
 #include "harness.h"
 
-void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu)
+void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu, size_t workspace_bytes)
 {
     const fa2_params *p = &pr->p;
     size_t nq = fa2_numel_q(p) * 2, nkv = fa2_numel_kv(p) * 2, nlse = fa2_numel_lse(p) * sizeof(float);
@@ -21,10 +21,13 @@ void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu)
         run->v = v;
         run->o = fa2_device_alloc(nq);
         run->lse = fa2_device_alloc(nlse);
+        run->workspace = workspace_bytes ? fa2_device_alloc(workspace_bytes) : NULL;
     } else {
         run->o = fa2_xmalloc(nq, "O");
         run->lse = fa2_xmalloc(nlse, "LSE");
+        run->workspace = workspace_bytes ? fa2_xmalloc(workspace_bytes, "the workspace") : NULL;
     }
+    run->workspace_bytes = workspace_bytes;
     fa2_buffers_poison(run, on_gpu);
 }
 
@@ -61,11 +64,13 @@ void fa2_buffers_free(fa2_params *run, int on_gpu)
         fa2_device_free((void *)run->v);
         fa2_device_free(run->o);
         fa2_device_free(run->lse);
+        if (run->workspace) fa2_device_free(run->workspace);
     } else {
         free(run->o);
         free(run->lse);
+        free(run->workspace);
     }
-    run->q = run->k = run->v = run->o = NULL;
+    run->q = run->k = run->v = run->o = run->workspace = NULL;
     run->lse = NULL;
 }
 

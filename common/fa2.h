@@ -33,7 +33,9 @@
  * address (two threads would race to write it); base pointers not aligned to
  * their element (2 bytes, LSE 4); a seqlen over 2^30 or a tensor whose largest
  * element offset overflows 2^62 bytes. Steps refuse more where their kernel
- * needs it (head dims, 16-byte alignment of bases and strides, grid limits).
+ * needs it (head dims, 16-byte alignment of bases and strides, grid limits; a
+ * step that needs a workspace, one smaller than fa2_workspace_size says, not
+ * 16-byte aligned, or overlapping a tensor).
  */
 #ifndef FA2_H
 #define FA2_H
@@ -65,6 +67,14 @@ typedef struct {
     float softmax_scale; /* usually 1 / sqrt(head_dim) */
     int causal;          /* 0 or 1 */
     fa2_dtype dtype;
+
+    /* Scratch memory the step may use during the call, on the GPU for a GPU step
+     * (a step that splits the keys keeps its partial results there): at least
+     * fa2_workspace_size(p) bytes, 16-byte aligned, apart from every tensor; NULL
+     * and 0 when fa2_workspace_size says 0. The caller owns it, so no allocation
+     * sits in the timed path and two calls on two streams need two workspaces. */
+    void *workspace;
+    size_t workspace_bytes;
 } fa2_params;
 
 /* Error codes returned by fa2_forward. */
@@ -82,6 +92,10 @@ int fa2_forward(const fa2_params *p, void *stream);
 /* 1 if the step can compute these params; otherwise 0, and a one-line reason in
  * words is written to why (if why != NULL). */
 int fa2_supports(const fa2_params *p, char *why, size_t why_len);
+
+/* Bytes of workspace fa2_forward needs for these params (0 for every step that
+ * computes in one pass). Depends on the params only, not on the GPU. */
+size_t fa2_workspace_size(const fa2_params *p);
 
 /* The tile configuration fa2_forward would launch for these params on the
  * current GPU: its index (0 .. fa2_config_count() - 1), and in words (tiles,

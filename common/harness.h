@@ -120,9 +120,10 @@ fa2_check_result fa2_check(const fa2_params *p, const fa2_row_set *rs, const uin
 long fa2_count_unwritten(const fa2_params *p, const uint16_t *o, const float *lse);
 
 /* ---- the buffers of one call (buffers.c) ---- */
-/* run = pr->p with q, k, v copied to the GPU (on_gpu) or left on the host, and
- * o, lse allocated there and poisoned with NaN. */
-void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu);
+/* run = pr->p with q, k, v copied to the GPU (on_gpu) or left on the host, o and
+ * lse allocated there and poisoned with NaN, and a workspace of workspace_bytes
+ * (the step's fa2_workspace_size) allocated there once, so no timed call allocates. */
+void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu, size_t workspace_bytes);
 void fa2_buffers_poison(fa2_params *run, int on_gpu);
 /* Waits for the step and copies O and LSE to the host. */
 void fa2_buffers_fetch(const fa2_params *run, int on_gpu, uint16_t *o_host, float *lse_host);

@@ -77,6 +77,12 @@ static void tensors_of(const fa2_params *p, const void *bases[4], dim d[4][4])
 /* [first, last] byte addresses, for the overlap checks. */
 typedef struct { uintptr_t first, last; } range;
 static int overlap(range a, range b) { return a.first <= b.last && b.first <= a.last; }
+static range bytes_of(const void *base, int64_t last_offset, int elem_bytes)
+{
+    return (range){(uintptr_t)base, (uintptr_t)base + (uintptr_t)last_offset * elem_bytes + elem_bytes - 1};
+}
+/* lse is [batch, heads_q, seqlen_q] floats: < 2^62 bytes, the sizes are capped above. */
+static range lse_bytes(const fa2_params *p) { return bytes_of(p->lse, (int64_t)p->batch * p->heads_q * p->seqlen_q - 1, 4); }
 
 int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
 {
@@ -106,7 +112,7 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
         if (last < 0)
             REFUSE("%s: its sizes and strides reach an element offset past 2^61 (allowed: offsets below 2^61 "
                    "elements, so that byte offsets fit in int64)", TENSOR_NAMES[t]);
-        ranges[t] = (range){(uintptr_t)bases[t], (uintptr_t)bases[t] + (uintptr_t)last * 2 + 1};
+        ranges[t] = bytes_of(bases[t], last, 2);
     }
     if (!dims_nest(d[3]))
         REFUSE("o strides (batch %lld, row %lld, head %lld) let two elements share an address (allowed: strides that "
@@ -116,8 +122,7 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
         if (overlap(ranges[3], ranges[t])) REFUSE("o overlaps %s (allowed: an output apart from the inputs)", TENSOR_NAMES[t]);
     if (p->lse) {
         if ((uintptr_t)p->lse % 4) REFUSE("lse at address %p (allowed: 4-byte aligned, a float)", (void *)p->lse);
-        const uintptr_t n = (uintptr_t)p->batch * p->heads_q * p->seqlen_q; /* < 2^62: the sizes are capped above */
-        const range lse = {(uintptr_t)p->lse, (uintptr_t)p->lse + n * 4 - 1};
+        const range lse = lse_bytes(p);
         for (int t = 0; t < 4; t++)
             if (overlap(lse, ranges[t])) REFUSE("lse overlaps %s (allowed: an output apart from the others)", TENSOR_NAMES[t]);
     }
@@ -140,6 +145,24 @@ int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, cha
                 REFUSE("%s_%s_stride %lld (allowed: a multiple of %d elements, for %s)", TENSOR_NAMES[t],
                        DIM_NAMES[order[k]], (long long)stride, bytes / 2, need);
         }
+    return 1;
+}
+
+int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t why_len)
+{
+    if (need == 0) return 1;
+    if (!p->workspace || p->workspace_bytes < need)
+        REFUSE("workspace %p of %zu bytes (allowed: at least %zu bytes, fa2_workspace_size)", p->workspace,
+               p->workspace_bytes, need);
+    if ((uintptr_t)p->workspace % 16) REFUSE("workspace at address %p (allowed: 16-byte aligned)", p->workspace);
+    const range ws = {(uintptr_t)p->workspace, (uintptr_t)p->workspace + p->workspace_bytes - 1};
+    const void *bases[4];
+    dim d[4][4];
+    tensors_of(p, bases, d);
+    for (int t = 0; t < 4; t++) /* fa2_validate_params passed: last_offset is >= 0 */
+        if (overlap(ws, bytes_of(bases[t], last_offset(d[t]), 2)))
+            REFUSE("workspace overlaps %s (allowed: memory apart from every tensor)", TENSOR_NAMES[t]);
+    if (p->lse && overlap(ws, lse_bytes(p))) REFUSE("workspace overlaps lse (allowed: memory apart from every tensor)");
     return 1;
 }
 

@@ -25,6 +25,10 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len);
  * and the kernel's `need` ("16-byte cp.async copies") in why. */
 int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, char *why, size_t why_len);
 
+/* 1 if p->workspace holds `need` bytes, 16-byte aligned, apart from q, k, v, o
+ * and lse (a step that needs a workspace calls this); otherwise 0 and one line. */
+int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t why_len);
+
 /* Records that `call` (its text up to the first '(' is kept) failed with
  * `reason`, for fa2_last_error(); returns FA2_ERR_LAUNCH. */
 int fa2_fail(const char *call, const char *reason);

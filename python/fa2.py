@@ -35,6 +35,7 @@ class Fa2Params(ctypes.Structure):
         ("o_batch_stride", ctypes.c_int64), ("o_row_stride", ctypes.c_int64), ("o_head_stride", ctypes.c_int64),
         ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int),
         ("dtype", ctypes.c_int),  # fa2_dtype, a C enum: int-sized; FA2_FP16 = 0, FA2_BF16 = 1
+        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
     ]
 
 
@@ -46,11 +47,16 @@ class Step:
         self.lib = lib = ctypes.CDLL(path)
         lib.fa2_forward.argtypes = [ctypes.POINTER(Fa2Params), ctypes.c_void_p]
         lib.fa2_supports.argtypes = [ctypes.POINTER(Fa2Params), ctypes.c_char_p, ctypes.c_size_t]
+        lib.fa2_workspace_size.argtypes = [ctypes.POINTER(Fa2Params)]
+        lib.fa2_workspace_size.restype = ctypes.c_size_t
         for name in ("fa2_name", "fa2_key_change", "fa2_last_error"):
             getattr(lib, name).restype = ctypes.c_char_p
         self.name = lib.fa2_name().decode()
         self.key_change = lib.fa2_key_change().decode()
         self.runs_on_gpu = bool(lib.fa2_runs_on_gpu())
+
+    def workspace_size(self, p):
+        return self.lib.fa2_workspace_size(ctypes.byref(p))
 
     def supports(self, p):
         why = ctypes.create_string_buffer(256)
@@ -129,6 +135,11 @@ def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False):
     p.softmax_scale = head_dim ** -0.5 if scale is None else scale
     p.causal = int(bool(causal))
     p.dtype = 0 if q.dtype == torch.float16 else 1
+    # The step's scratch (split-KV partial results), from torch's caching allocator on the
+    # current stream: reused memory after the first call, and safe across streams.
+    need = s.workspace_size(p)
+    workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
+    p.workspace, p.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
     ok, why = s.supports(p)
     if not ok:
         raise ValueError(f"step {s.name}: {why}")

@@ -290,3 +290,4 @@ extern "C" const char *fa2_key_change(void)
     return "unfused: S = QK^T and O = PV with cuBLAS, softmax kernel between (S and P round-trip HBM)";
 }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
+extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results

@@ -54,6 +54,7 @@ typedef struct {
 
 /* Elements of NaN/poison before and after every tensor, and LSE floats likewise. */
 enum { GUARD = 4096 };
+enum { WS_GUARD = 4096 }; /* bytes of poison before and after a step's workspace */
 /* Cases with at most this many multiply-adds check every row; larger ones a spread sample. */
 #define FULL_CHECK_MACS (1LL << 30)
 
@@ -209,6 +210,21 @@ static long writes_outside(uint16_t *o_alloc, size_t elems, const fa2_params *p,
     return n;
 }
 
+/* Bytes of the guards around a workspace (ws_bytes between WS_GUARD poisoned bytes on
+ * each side, at ws_alloc) that are no longer poison. */
+static long workspace_guards_written(const unsigned char *ws_alloc, size_t ws_bytes)
+{
+    if (!ws_alloc) return 0;
+    unsigned char guards[2][WS_GUARD];
+    fa2_device_sync();
+    fa2_device_download(guards[0], ws_alloc, WS_GUARD);
+    fa2_device_download(guards[1], ws_alloc + WS_GUARD + ws_bytes, WS_GUARD);
+    long written = 0;
+    for (int g = 0; g < 2; g++)
+        for (int i = 0; i < WS_GUARD; i++) written += guards[g][i] != 0xff;
+    return written;
+}
+
 static long lse_writes_outside(const float *lse_alloc, size_t n)
 {
     long bad = 0;
@@ -313,9 +329,17 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         fa2_device_poison(o_dev, o_elems * 2);
         if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
         fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
+        /* The workspace the step asks for, poisoned, between guards of poison that must stay. */
+        const size_t ws_bytes = st->abi.workspace_size(&run);
+        unsigned char *ws_dev = ws_bytes ? fa2_device_alloc(ws_bytes + 2 * WS_GUARD) : NULL;
+        if (ws_dev) fa2_device_poison(ws_dev, ws_bytes + 2 * WS_GUARD);
+        run.workspace = ws_dev ? ws_dev + WS_GUARD : NULL;
+        run.workspace_bytes = ws_bytes;
+        fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
         if (!st->abi.supports(&run, why, sizeof why)) {
             const int one_line = why[0] && !strchr(why, '\n');
             report(c->may_refuse && one_line, why, "%s %s: refused: %s", st->abi.name(), name, why);
+            if (ws_dev) fa2_device_free(ws_dev);
             continue;
         }
         const int config_index = st->abi.config(&run, config, sizeof config);
@@ -323,6 +347,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         if (rc) {
             snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
             report(0, why, "%s %s {%s}", st->abi.name(), name, config);
+            if (ws_dev) fa2_device_free(ws_dev);
             continue;
         }
         if (stream) {
@@ -337,10 +362,11 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         fa2_check_result r = fa2_check(&host_view, &rs, o_host + base, lse_view, &ref);
         const long unwritten = fa2_count_unwritten(&host_view, o_host + base, lse_view);
         const long outside = writes_outside(o_host, o_elems, &host_view, base) +
-                             (lse_host ? lse_writes_outside(lse_host, n_lse) : 0);
+                             (lse_host ? lse_writes_outside(lse_host, n_lse) : 0) + workspace_guards_written(ws_dev, ws_bytes);
+        if (ws_dev) fa2_device_free(ws_dev);
         snprintf(why, sizeof why,
                  "rel_l2 %.2e max_abs %.2e (x%.2f of tol) lse %.2e (x%.2f) nonfinite %ld NaN/-inf missed %ld "
-                 "unwritten %ld written outside O/LSE %ld",
+                 "unwritten %ld written outside O/LSE/workspace %ld",
                  r.rel_l2, r.max_abs, r.o_worst, r.lse_max, r.lse_worst, r.nonfinite, r.special_missed, unwritten,
                  outside);
         const int ok = r.pass && unwritten == 0 && outside == 0;

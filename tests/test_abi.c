@@ -6,7 +6,10 @@
  * q, k, v, o and lse must be byte for byte what they were. Host buffers stand in
  * for device memory: a refusal comes before any use, so nothing is dereferenced.
  * A few breaks only some steps refuse (16-byte alignment): those must be refused
- * in one line naming the field, or accepted. Runs without a GPU. */
+ * in one line naming the field, or accepted; a broken workspace (too small,
+ * misaligned, overlapping a tensor) must be refused by a step that needs one for
+ * these params (fa2_workspace_size > 0) and may be accepted by the others.
+ * Runs without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -19,6 +22,9 @@
  * each refused call. */
 enum { B = 2, HQ = 4, HKV = 2, NQ = 100, NK = 120, D = 64 };
 #define ARENA_BYTES ((size_t)1 << 23)
+/* The workspace: the upper half of the arena, past every tensor region. */
+#define WORKSPACE_AT ((size_t)1 << 22)
+#define WORKSPACE_BYTES ((size_t)1 << 22)
 static unsigned char *arena, *arena_copy;
 
 static fa2_params base_params(void)
@@ -37,10 +43,11 @@ static fa2_params base_params(void)
     }
     p.q = ptrs[0], p.k = ptrs[1], p.v = ptrs[2], p.o = ptrs[3];
     p.lse = (float *)(arena + at);
+    p.workspace = arena + WORKSPACE_AT, p.workspace_bytes = WORKSPACE_BYTES;
     return p;
 }
 
-typedef enum { MUST_REFUSE, MAY_REFUSE } expectation;
+typedef enum { MUST_REFUSE, MAY_REFUSE, REFUSE_IF_WORKSPACE } expectation;
 typedef struct {
     const char *what;  /* the break, in words */
     const char *field; /* the reason must contain this */
@@ -72,6 +79,9 @@ static void causal_bad(fa2_params *p) { p->causal = 2; }
 static void q_null(fa2_params *p) { p->q = NULL; }
 static void head_dim_300(fa2_params *p) { p->head_dim = 300, fa2_set_dense_strides(p); }
 static void q_element_aligned(fa2_params *p) { p->q = (const char *)p->q + 2; }
+static void workspace_short(fa2_params *p) { p->workspace_bytes = 16; }
+static void workspace_misaligned(fa2_params *p) { p->workspace = (char *)p->workspace + 8, p->workspace_bytes -= 8; }
+static void workspace_over_o(fa2_params *p) { p->workspace = p->o; }
 static void o_row_stride_odd(fa2_params *p) { p->o_row_stride = HQ * D + 1, p->o_batch_stride = (HQ * D + 8) * NQ; }
 
 static const breakage breaks[] = {
@@ -100,6 +110,9 @@ static const breakage breaks[] = {
     {"head_dim 300", "head_dim", MUST_REFUSE, head_dim_300},
     {"q 2-byte aligned, not 16", "q at address", MAY_REFUSE, q_element_aligned},
     {"o_row_stride not a multiple of 8", "o_row_stride", MAY_REFUSE, o_row_stride_odd},
+    {"a workspace of 16 bytes", "workspace", REFUSE_IF_WORKSPACE, workspace_short},
+    {"a workspace 8-byte aligned", "workspace at address", REFUSE_IF_WORKSPACE, workspace_misaligned},
+    {"the workspace on top of o", "workspace overlaps o", REFUSE_IF_WORKSPACE, workspace_over_o},
 };
 
 static void check_refusal(const step_abi *s, const breakage *br)
@@ -108,7 +121,8 @@ static void check_refusal(const step_abi *s, const breakage *br)
     br->apply(&p);
     char why[256] = "", what[256] = "", detail[600];
     const int supported = s->supports(&p, why, sizeof why);
-    if (supported && br->expect == MAY_REFUSE) {
+    const int may_accept = br->expect == MAY_REFUSE || (br->expect == REFUSE_IF_WORKSPACE && s->workspace_size(&p) == 0);
+    if (supported && may_accept) {
         report(1, "", "%s accepts %s (it can compute it)", s->name(), br->what);
         return;
     }
@@ -140,6 +154,9 @@ int main(int argc, char **argv)
         }
         fa2_params p = base_params();
         char why[256] = "";
+        const size_t need = s.workspace_size(&p);
+        report(need <= WORKSPACE_BYTES, "", "%s needs %zu bytes of workspace here (the test gives %zu)", s.name(), need,
+               (size_t)WORKSPACE_BYTES);
         if (!s.supports(&p, why, sizeof why))
             printf("SKIP %s supports none of these params here (%s): only its refusals are checked\n", s.name(), why);
         for (size_t i = 0; i < sizeof breaks / sizeof *breaks; i++) check_refusal(&s, &breaks[i]);

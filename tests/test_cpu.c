@@ -3,7 +3,9 @@
  * shapes (seqlen 1, tails of every tile, Nq != Nk both ways, causal rows that
  * see no key, GQA, several head dims, fp16 and bf16); peaky inputs (--scale 30
  * and 100, where LSE is in the thousands); and a NaN in Q, K or V, which must
- * reach exactly the outputs fa2.h says it reaches. */
+ * reach exactly the outputs fa2.h says it reaches. On each, the keys cut into
+ * 2, 3 and 64 ranges (step 00's split-KV loop: ranges run alone, then merged by
+ * their LSE), against the fp64 reference: 64 ranges leave most of them empty. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "test_util.h"
 
 int fa2_cpu_naive_forward(const fa2_params *p);
+int fa2_cpu_split_forward(const fa2_params *p, int splits);
 
 typedef struct {
     int batch, hq, hkv, nq, nk, d, causal;
@@ -69,7 +72,7 @@ static void run_shape(shape s)
     float *l_tiled = malloc(nl * 4), *l_naive = malloc(nl * 4);
 
     fa2_params run;
-    fa2_buffers_make(&run, &pr, 0);
+    fa2_buffers_make(&run, &pr, 0, 0);
     int rc = fa2_forward(&run, NULL);
     fa2_buffers_fetch(&run, 0, o_tiled, l_tiled);
     fa2_buffers_poison(&run, 0);
@@ -112,6 +115,19 @@ static void run_shape(shape s)
         int ok = empty_rows_ok(&pr.p, o_tiled, l_tiled, why, sizeof why);
         report(ok, why, "step00 rows with no visible key give O=0, LSE=-inf %s", name);
     }
+
+    static const int split_counts[] = {2, 3, 64};
+    for (size_t i = 0; i < sizeof split_counts / sizeof *split_counts; i++) {
+        fa2_buffers_make(&run, &pr, 0, 0);
+        rc = fa2_cpu_split_forward(&run, split_counts[i]);
+        fa2_buffers_fetch(&run, 0, o_naive, l_naive);
+        fa2_buffers_free(&run, 0);
+        fa2_check_result cs = fa2_check(&pr.p, &rs, o_naive, l_naive, &ref);
+        snprintf(why, sizeof why, "rc %d rel_l2 %.2e max_abs %.2e lse %.2e (x%.2f of tol) nonfinite %ld missed %ld unwritten %ld",
+                 rc, cs.rel_l2, cs.max_abs, cs.lse_max, cs.lse_worst, cs.nonfinite, cs.special_missed, cs.unwritten);
+        int ok = rc == 0 && cs.pass && (!rows_without_keys(&pr.p) || empty_rows_ok(&pr.p, o_naive, l_naive, why, sizeof why));
+        report(ok, why, "step00 keys in %d ranges, merged, vs fp64 %s", split_counts[i], name);
+    }
     free(o_tiled), free(o_naive), free(l_tiled), free(l_naive);
     fa2_reference_free(&ref);
     fa2_rows_free(&rs);
@@ -132,6 +148,9 @@ int main(void)
     shape gqa2 = {2, 4, 1, 130, 66, 128, 0, FA2_FP16, 1.0f, NAN_NONE, 0, 0};
     run_shape(gqa);
     run_shape(gqa2);
+    /* decode: a few query rows, many key tiles (16 per range at 2 splits) */
+    shape decode = {2, 8, 2, 4, 2000, 128, 1, FA2_BF16, 1.0f, NAN_NONE, 0, 0};
+    run_shape(decode);
 
     /* Peaky inputs: scores in the thousands, LSE too; every key tile after the first
      * can move the running max by far more than 2^8. */

@@ -12,6 +12,8 @@
  *       O   = O * exp(m - m') + P V_j              (P rounded to fp16/bf16, like the GPU;
  *                                                   the rescale keeps old work valid)
  *     O /= l, LSE = m + log(l)                     (deferred normalisation)
+ * and, for the split-KV step (12), the same loop run on ranges of key tiles,
+ * each range's O and LSE merged at the end (forward_tile, merge_splits).
  * Next to it, fa2_cpu_naive_forward materialises the whole S row and is what the
  * tiled loop is checked against in the CPU tests.
  * Arithmetic is fp32 with exp(), not exp2 with the scale folded in: the GPU steps
@@ -26,7 +28,7 @@
 #include "../../common/numeric.h"
 #include "../../common/validate.h"
 
-enum { BLOCK_M = 64, BLOCK_N = 64, MAX_DIM = 256 };
+enum { BLOCK_M = 64, BLOCK_N = 64, MAX_DIM = 256, MAX_SPLITS = 64 };
 
 /* Element (b, row, h, 0) of a [batch, seqlen, heads, head_dim] tensor with these element strides. */
 static const uint16_t *row_of(const void *base, int64_t bs, int64_t rs, int64_t hs, int b, int row, int h)
@@ -34,28 +36,23 @@ static const uint16_t *row_of(const void *base, int64_t bs, int64_t rs, int64_t 
     return (const uint16_t *)base + b * bs + row * rs + h * hs;
 }
 
-/* One query tile of one head: rows [m0, m0 + rows). */
-static void forward_tile(const fa2_params *p, int b, int h, int m0, int rows)
+/* The online softmax of rows [m0, m0 + rows) of one head over the key tiles
+ * [tile_lo, tile_hi) they can see, from m = -inf, l = 0, o = 0: on return o is
+ * the unnormalised sum of P V, m the row max (-inf if the rows saw no key) and l
+ * the sum of exp(s - m). */
+static void attend(const fa2_params *p, int b, int h, int m0, int rows, long long tile_lo, long long tile_hi,
+                   float q[][MAX_DIM], float o[][MAX_DIM], float m[], float l[])
 {
     const int d = p->head_dim, hk = h / (p->heads_q / p->heads_kv);
     const long long shift = (long long)p->seqlen_k - p->seqlen_q; /* row i sees keys j <= i + shift */
-    float q[BLOCK_M][MAX_DIM], o[BLOCK_M][MAX_DIM], s[BLOCK_M][BLOCK_N];
-    float m[BLOCK_M], l[BLOCK_M];
-
+    float s[BLOCK_M][BLOCK_N];
     for (int r = 0; r < rows; r++) {
-        const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, m0 + r, h);
-        for (int c = 0; c < d; c++) q[r][c] = fa2_to_float(qrow[c], p->dtype), o[r][c] = 0;
+        for (int c = 0; c < d; c++) o[r][c] = 0;
         m[r] = -INFINITY;
         l[r] = 0;
     }
-
-    /* Causal: the last query row of the tile sees keys up to m0 + rows - 1 + shift;
-     * key tiles past that are skipped whole. */
-    long long key_end = p->causal ? m0 + rows + shift : p->seqlen_k;
-    if (key_end > p->seqlen_k) key_end = p->seqlen_k;
-
-    for (long long n0 = 0; n0 < key_end; n0 += BLOCK_N) {
-        int cols = (int)(key_end - n0 < BLOCK_N ? key_end - n0 : BLOCK_N);
+    for (long long n0 = tile_lo * BLOCK_N; n0 < tile_hi * BLOCK_N && n0 < p->seqlen_k; n0 += BLOCK_N) {
+        int cols = (int)(p->seqlen_k - n0 < BLOCK_N ? p->seqlen_k - n0 : BLOCK_N);
         for (int r = 0; r < rows; r++) {
             /* Causal: row m0 + r sees keys up to m0 + r + shift; none of this tile -> skip it. */
             long long visible_end = p->causal ? m0 + r + shift + 1 : p->seqlen_k;
@@ -89,31 +86,109 @@ static void forward_tile(const fa2_params *p, int b, int h, int m0, int rows)
             }
         }
     }
+}
 
-    /* l is exactly 0 only for a row that saw no key (the max's own term is 1);
-     * such a row writes O = 0 and LSE = -inf. A NaN l gives NaN O and LSE. */
-    for (int r = 0; r < rows; r++) {
-        uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + (m0 + r) * p->o_row_stride + h * p->o_head_stride;
-        float inv_l = l[r] != 0 ? 1.0f / l[r] : 0.0f;
-        for (int c = 0; c < d; c++) orow[c] = fa2_from_float(o[r][c] * inv_l, p->dtype);
-        if (p->lse)
-            p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + m0 + r] = l[r] != 0 ? m[r] + logf(l[r]) : -INFINITY;
+/* The LSE of a row from its max and sum: l is exactly 0 only for a row that saw
+ * no key (the max's own term is 1), whose LSE is -inf; a NaN l gives NaN. */
+static float lse_of(float m, float l) { return l != 0 ? m + logf(l) : -INFINITY; }
+
+/* Merges the partial results of `splits` key ranges of one row: O_s (normalised
+ * by its own l) and LSE_s. The weight of range s in the whole softmax is
+ * exp(LSE_s - LSE), with LSE = log sum_s exp(LSE_s): the rescale the online
+ * softmax applies to O at each key tile, applied once per range. A range that
+ * saw no key has LSE_s = -inf and weight 0; if none saw one, O = 0 and LSE = -inf.
+ * A NaN LSE_s reaches the sum (fmaxf skips it, exp does not). */
+static float merge_splits(int splits, const float *lse_part, const float *o_part, int64_t o_split_stride, int d,
+                          float *o)
+{
+    float lse_max = -INFINITY;
+    for (int sp = 0; sp < splits; sp++) lse_max = fmaxf(lse_max, lse_part[sp]);
+    const float shift = lse_max == -INFINITY ? 0 : lse_max; /* all -inf: exp(-inf - 0) = 0, not NaN */
+    float sum = 0;
+    for (int sp = 0; sp < splits; sp++) sum += expf(lse_part[sp] - shift);
+    const float lse = sum != 0 ? shift + logf(sum) : -INFINITY;
+    for (int c = 0; c < d; c++) o[c] = 0;
+    for (int sp = 0; sp < splits; sp++) {
+        const float weight = sum != 0 ? expf(lse_part[sp] - lse) : 0; /* (sum 0: every range empty, O = 0) */
+        for (int c = 0; c < d; c++) o[c] += weight * o_part[sp * o_split_stride + c];
     }
+    return lse;
+}
+
+/* One query tile of one head, rows [m0, m0 + rows), its visible key tiles cut into
+ * `splits` ranges of whole tiles (as a split-KV GPU step gives each range its
+ * own block): each range runs the online softmax alone and leaves O_s = o / l and
+ * LSE_s, then merge_splits combines them. One split is the plain FA2 loop. */
+static void forward_tile(const fa2_params *p, int splits, int b, int h, int m0, int rows, float *o_part,
+                         float *lse_part)
+{
+    const int d = p->head_dim;
+    const long long shift = (long long)p->seqlen_k - p->seqlen_q;
+    float q[BLOCK_M][MAX_DIM], o[BLOCK_M][MAX_DIM], m[BLOCK_M], l[BLOCK_M];
+    for (int r = 0; r < rows; r++) {
+        const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, m0 + r, h);
+        for (int c = 0; c < d; c++) q[r][c] = fa2_to_float(qrow[c], p->dtype);
+    }
+    /* Causal: the last query row of the tile sees keys up to m0 + rows - 1 + shift;
+     * key tiles past that are skipped whole. */
+    long long key_end = p->causal ? m0 + rows + shift : p->seqlen_k;
+    if (key_end > p->seqlen_k) key_end = p->seqlen_k;
+    const long long tiles = key_end > 0 ? (key_end + BLOCK_N - 1) / BLOCK_N : 0;
+    const long long tiles_per_split = (tiles + splits - 1) / splits; /* the last ranges may be empty */
+
+    /* o_part: [splits][BLOCK_M][d], lse_part: [splits][BLOCK_M] */
+    for (int sp = 0; sp < splits; sp++) {
+        attend(p, b, h, m0, rows, sp * tiles_per_split, (sp + 1) * tiles_per_split, q, o, m, l);
+        for (int r = 0; r < rows; r++) {
+            const float inv_l = l[r] != 0 ? 1.0f / l[r] : 0.0f;
+            for (int c = 0; c < d; c++) o_part[((int64_t)sp * BLOCK_M + r) * d + c] = o[r][c] * inv_l;
+            lse_part[sp * BLOCK_M + r] = lse_of(m[r], l[r]);
+        }
+    }
+    for (int r = 0; r < rows; r++) {
+        float lse_r[MAX_SPLITS], o_r[MAX_DIM];
+        for (int sp = 0; sp < splits; sp++) lse_r[sp] = lse_part[sp * BLOCK_M + r];
+        const float lse = merge_splits(splits, lse_r, o_part + (int64_t)r * d, (int64_t)BLOCK_M * d, d, o_r);
+        uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + (m0 + r) * p->o_row_stride + h * p->o_head_stride;
+        for (int c = 0; c < d; c++) orow[c] = fa2_from_float(o_r[c], p->dtype);
+        if (p->lse) p->lse[((size_t)b * p->heads_q + h) * p->seqlen_q + m0 + r] = lse;
+    }
+}
+
+/* The forward pass with each query tile's keys cut into `splits` ranges
+ * (1 .. MAX_SPLITS) and merged: what the split-KV GPU step computes, checked on
+ * the CPU by the tests against splits = 1, which is fa2_forward. */
+int fa2_cpu_split_forward(const fa2_params *p, int splits)
+{
+    if (!fa2_supports(p, NULL, 0) || splits < 1 || splits > MAX_SPLITS) return FA2_ERR_UNSUPPORTED;
+    const int tiles = (p->seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const long long work = (long long)p->batch * p->heads_q * tiles;
+    int failed = 0;
+#pragma omp parallel
+    {
+        float *o_part = malloc(sizeof(float) * (size_t)splits * BLOCK_M * (size_t)p->head_dim);
+        float *lse_part = malloc(sizeof(float) * (size_t)splits * BLOCK_M);
+        if (!o_part || !lse_part) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (long long w = 0; w < work; w++) {
+            if (!o_part || !lse_part) continue;
+            int t = (int)(w % tiles), h = (int)(w / tiles % p->heads_q), b = (int)(w / tiles / p->heads_q);
+            int m0 = t * BLOCK_M, rows = p->seqlen_q - m0 < BLOCK_M ? p->seqlen_q - m0 : BLOCK_M;
+            forward_tile(p, splits, b, h, m0, rows, o_part, lse_part);
+        }
+        free(o_part);
+        free(lse_part);
+    }
+    return failed ? fa2_fail("malloc", "out of host memory for the partial results of one query tile") : FA2_OK;
 }
 
 int fa2_forward(const fa2_params *p, void *stream)
 {
     (void)stream;
-    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
-    const int tiles = (p->seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const long long work = (long long)p->batch * p->heads_q * tiles;
-#pragma omp parallel for schedule(dynamic, 1)
-    for (long long w = 0; w < work; w++) {
-        int t = (int)(w % tiles), h = (int)(w / tiles % p->heads_q), b = (int)(w / tiles / p->heads_q);
-        int m0 = t * BLOCK_M, rows = p->seqlen_q - m0 < BLOCK_M ? p->seqlen_q - m0 : BLOCK_M;
-        forward_tile(p, b, h, m0, rows);
-    }
-    return FA2_OK;
+    return fa2_cpu_split_forward(p, 1);
 }
 
 /* The textbook version: materialise the whole score row, softmax it, multiply.
@@ -182,3 +257,4 @@ int fa2_config(const fa2_params *p, char *what, size_t what_len)
 const char *fa2_name(void) { return "00_cpu_reference"; }
 const char *fa2_key_change(void) { return "the FA2 algorithm in C: tiles, online softmax, deferred 1/l"; }
 int fa2_runs_on_gpu(void) { return 0; }
+size_t fa2_workspace_size(const fa2_params *p) { (void)p; return 0; }

@@ -177,3 +177,4 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 extern "C" const char *fa2_name(void) { return "01_scalar"; }
 extern "C" const char *fa2_key_change(void) { return "scalar fp32 CUDA: tiles in shared memory, one thread per row slice"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
+extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results

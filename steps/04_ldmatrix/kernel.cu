@@ -329,3 +329,4 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 extern "C" const char *fa2_name(void) { return "04_ldmatrix"; }
 extern "C" const char *fa2_key_change(void) { return "ldmatrix.x4 (and .trans for V): one instruction per four 8x8 fragments"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
+extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results

@@ -377,3 +377,4 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 extern "C" const char *fa2_name(void) { return "05_cp_async_pipeline"; }
 extern "C" const char *fa2_key_change(void) { return "cp.async, K and V double-buffered: the next tile loads under this tile's math"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
+extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
