@@ -71,8 +71,11 @@ run: check-step
 	@$(MAKE) -s $(BUILD)/step$(step)/fa2
 	@$(BUILD)/step$(step)/fa2 $(ARGS)
 
+# A step diffs against the step before it, or against the step its header names
+# in a line " * Base: step NN" (the decode step is built on the portable step 07).
 diff: check-step
-	@prev=$$(ls -d steps/*/ | sed 's:/$$::' | awk -v s="$(STEP_DIR)" '$$0==s{print p} {p=$$0}'); \
+	@base=$$(sed -n 's/^ \* Base: step \([0-9][0-9]\).*/\1/p' $(STEP_DIR)/kernel.c* | head -n 1); \
+	prev=$$(if [ -n "$$base" ]; then ls -d steps/$${base}_*; else ls -d steps/*/ | sed 's:/$$::' | awk -v s="$(STEP_DIR)" '$$0==s{print p} {p=$$0}'; fi); \
 	if [ -z "$$prev" ]; then echo "step $(step) is the first step: nothing to diff against"; exit 0; fi; \
 	git --no-pager diff --no-index --stat $$prev/kernel.c* $(STEP_DIR)/kernel.c* ; \
 	git --no-pager diff --no-index --color=auto $$prev/kernel.c* $(STEP_DIR)/kernel.c* || true

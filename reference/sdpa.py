@@ -50,7 +50,7 @@ def parse_args():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--causal", action="store_true", help="bottom-right aligned, as FA2 and the steps")
     ap.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    ap.add_argument("--shapes", choices=["seed", "bench", "sweep"], help="a set of reference/shapes.txt instead")
+    ap.add_argument("--shapes", choices=["seed", "bench", "sweep", "decode"], help="a set of reference/shapes.txt instead")
     ap.add_argument("--backends", default=",".join(BACKENDS), help="which, in this order (default: all)")
     ap.add_argument("--step", action="append", default=[], help="also run this step (its id, e.g. 07) via python/fa2.py")
     ap.add_argument("--check", choices=["sample", "off"], default="sample")

@@ -16,11 +16,15 @@
  *   - GQA ratios 2, 3, 8 and MQA; seqlens 4097, 20000 (K and V of 10 MB a head,
  *     more than the L2 holds for five) and 70001; a Q and O of more than
  *     2^31 elements (long Q, short K); lse = NULL; a non-default stream; softmax
- *     scales other than 1/sqrt(d); a NaN in a row of Q, a row of K, an element of V.
+ *     scales other than 1/sqrt(d); a NaN in a row of Q, a row of K, an element of V;
+ *   - decode: 1 to 5 query rows, 3000 to 20000 keys, GQA groups 1 to 32, causal
+ *     with Nq > 1, peaky scores and NaN in a K row or V element of one key range.
  * Every tensor lives inside a guard zone: input padding and guards hold NaN (a
  * kernel that reads them produces NaN and fails), O and LSE with their padding and
  * guards are poisoned before each step runs, and after it every O and LSE element
  * must have been written and every byte around them must still hold the poison.
+ * A step's workspace (fa2_workspace_size) is poisoned too, between guards that
+ * must stay poisoned.
  * Without a usable GPU it prints one SKIP line per step and exits 0. */
 #include <math.h>
 #include <stdlib.h>
@@ -519,6 +523,33 @@ int main(int argc, char **argv)
         c = shape(2, 4, 1, 90, 200, 128, t, (fa2_dtype)t);
         c.nan = NAN_V_ELEMENT, c.nan_row = 0, c.nan_col = 5;
         run_case(steps, nsteps, &c);
+    }
+
+    /* Decode: one to five query rows and long keys, the split-KV step's shapes (its keys
+     * cut over many blocks, merged by LSE). GQA groups 4, 3 (15 packed rows), 1 and MQA
+     * 32:1 (two 16-row tiles per query row); causal with Nq > 1 (bottom-right: the rows'
+     * last keys differ); odd Nk. */
+    for (int t = 0; t < 2; t++)
+        for (int d = 64; d <= 128; d += 64) {
+            test_case dec[] = {shape(4, 32, 8, 1, 8191, d, 0, (fa2_dtype)t), shape(2, 32, 8, 4, 4099, d, 1, (fa2_dtype)t),
+                               shape(3, 24, 8, 5, 3000, d, 1, (fa2_dtype)t), shape(1, 32, 1, 3, 20000, d, 0, (fa2_dtype)t),
+                               shape(2, 16, 16, 1, 16385, d, 0, (fa2_dtype)t)};
+            for (size_t i = 0; i < sizeof dec / sizeof *dec; i++) run_case(steps, nsteps, &dec[i]);
+        }
+    /* Decode with peaky scores (the running max of a later key range far above an
+     * earlier one's: the merge rescales by up to e^-thousands) and NaN in a K row
+     * or a V element that one key range alone sees. */
+    {
+        test_case c = shape(2, 8, 2, 2, 6000, 128, 1, BF16);
+        c.input_scale = 30.0f, c.rescale_probe = 1;
+        run_case(steps, nsteps, &c);
+        for (int t = 0; t < 2; t++) {
+            c = shape(1, 8, 2, 1, 5000, 64 << t, 0, (fa2_dtype)t);
+            c.nan = NAN_K_ROW, c.nan_row = 3001;
+            run_case(steps, nsteps, &c);
+            c.nan = NAN_V_ELEMENT, c.nan_row = 4095, c.nan_col = 7;
+            run_case(steps, nsteps, &c);
+        }
     }
 
     /* Every configuration of every step ran in a passing case; how close each step came to its tolerances. */

@@ -12,13 +12,15 @@ fi
 # small (a grid smaller than the GPU); tails, causal, GQA, Nq < Nk; causal Nq > Nk (blocks
 # whose rows see no key); grids larger than the GPU (a step may choose another tile
 # configuration for them) at d128 with peaky inputs (the lazy O rescale runs), at d64
-# causal with Nq > Nk, and at d64 without a mask (step 11 takes its third consumer only there)
+# causal with Nq > Nk, and at d64 without a mask (step 11 takes its third consumer only there);
+# decode, 3 query rows of a GQA group against 3000 keys (the split-KV step splits and merges)
 shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
         "--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16"
         "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal"
         "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 128 --scale 4"
         "--batch 2 --heads 80 --kv-heads 20 --seqlen-q 300 --seqlen-k 260 --dim 64 --causal"
-        "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 64")
+        "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 64"
+        "--batch 1 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --dim 128 --causal --dtype bf16")
 failed=0
 for tool in memcheck racecheck synccheck initcheck; do
   for shape in "${shapes[@]}"; do

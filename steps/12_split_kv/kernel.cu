@@ -1,0 +1,694 @@
+/* Step 12 - split-KV decode: the keys of one head cut over many blocks.
+ *
+ * Base: step 07 (07_tuned), the portable kernel; `make step=12 diff` shows what
+ * changed against it. Runs on every GPU since Ampere, as step 07 does.
+ *
+ * At decode seqlen_q is 1 (or a few tokens of speculative decoding) and seqlen_k
+ * is long. Step 07's grid is (query tile, head, batch): B8 Hq32 Nq1 gives 256
+ * blocks, each with one useful query row of its 128, each streaming a whole head's
+ * K and V alone, and with GQA four of them stream the same K/V head. The work is
+ * reading K and V once; what limits it is how many bytes are in flight, and a
+ * grid of a few hundred single-row blocks has few. (docs/12_split_kv.md counts
+ * blocks, waves and bytes per block.) This step changes the grid:
+ *
+ * 1. Pack a GQA group's query heads, and the few query rows, into the rows of one
+ *    16-row m-tile: packed row r is query row r / group of query head
+ *    kv_head * group + r % group. Each K/V element is read from memory once per
+ *    group, and every row of the tile shares the K and V it multiplies.
+ *
+ * 2. Split the keys, twice. Across blocks: the grid is (query tile x split, kv
+ *    head, batch), and block `split` runs the online softmax over its own range
+ *    of key tiles, so B x Hkv blocks become enough to fill the GPU. Within the
+ *    block: its 4 warps share the 16 rows and each takes a quarter of every key
+ *    tile (step 07's warps each owned rows, which decode does not have). Both
+ *    leave partial results -- O normalised by its own row sum, and the row's LSE
+ *    -- and both merge them with the rescale the online softmax applies at every
+ *    key tile: O = sum_s exp(LSE_s - LSE) O_s, LSE = log sum_s exp(LSE_s). The
+ *    warps merge in shared memory at the end of the block; the splits write
+ *    fp32 partials to the caller's workspace (fa2_workspace_size), and a second
+ *    kernel, combine_kernel, merges them and writes O and LSE. One split writes
+ *    O directly and launches nothing else.
+ *
+ * 3. The number of splits comes from the GPU: the SM count, how many blocks fit
+ *    on an SM, batch x kv heads x query tiles and the number of key tiles
+ *    (choose_splits; the sweep behind it is sweep.sh).
+ *
+ * What stays from step 07: the swizzle, ldmatrix, the cp.async double buffer
+ * (one barrier per key tile), the unmasked loop body for tiles that need no mask,
+ * and the pairwise row reductions. What goes: step 07's two tile configurations
+ * (one 16-row tile serves every shape; a long seqlen_q is computed, slower than
+ * the prefill steps) and its lazy O rescale, which only paid with two m-tiles.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <limits.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <type_traits>
+
+#include "../../common/fa2.h"
+#include "../../common/validate.h"
+
+constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+
+// The tile: one m-tile of packed rows, WARPS warps that split every key tile.
+// sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. (keys per tile) and
+// -DFA2_SWEEP_SPLITS=.. (a fixed split count instead of choose_splits's).
+constexpr int WARPS = 4, THREADS = WARPS * 32;
+constexpr int BLOCK_M = MMA_M;  // packed rows per block
+#ifdef FA2_SWEEP_BLOCK_N
+constexpr int BLOCK_N = FA2_SWEEP_BLOCK_N;
+#else
+constexpr int BLOCK_N = 64;  // keys per tile (sweep.sh)
+#endif
+constexpr int WARP_KEYS = BLOCK_N / WARPS;  // each warp's share of a key tile
+constexpr int STAGES = 2;                   // shared-memory buffers for each of K and V, as in step 05
+static_assert(WARP_KEYS % MMA_K == 0, "a warp's keys feed P.V 16 at a time (the k of m16n8k16)");
+
+// Splits: at most MAX_SPLITS, and at most MAX_SPLIT_BLOCKS blocks in all, so the
+// workspace has a bound that depends on the params alone (fa2_workspace_size):
+// 4096 blocks are over 7 waves of 4 blocks per SM on 144 SMs.
+constexpr int MAX_SPLITS = 128, MAX_SPLIT_BLOCKS = 4096;
+
+// ---- PTX wrappers ----------------------------------------------------------
+
+// D = A B + D for one 16x8x16 tile. A: 4 regs of 2 x 16-bit (row major),
+// B: 2 regs (column major), C/D: 4 fp32. Lane l holds, with g = l / 4, t = l % 4:
+//   A: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+//   B: b0 (k 2t..2t+1, n g) b1 (k 2t+8..2t+9, n g)
+//   C: c0 c1 (g, 2t..2t+1) c2 c3 (g+8, 2t..2t+1)
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory: lanes 8i..8i+7 give
+// the row addresses of matrix i, and register i of lane l receives elements
+// (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i -- exactly an mma
+// fragment register. .trans delivers the transposed matrix instead.
+// `smem_addr` is a shared-state-space byte address (see the kernel's *_addr).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr));
+}
+
+// Asynchronous 16-byte copy global -> shared (LDGSTS): the thread does not wait
+// for it and the data never passes through registers. .cg caches in L2 only:
+// K and V are read by other blocks from L2, never again by this SM's L1.
+// src_bytes = 0 reads nothing and fills the 16 bytes with zeros (tail rows).
+__device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void *global_src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(global_src), "r"(valid ? 16 : 0));
+}
+
+// Closes the group of cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.
+__device__ __forceinline__ float exp2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Reduces N values pairwise, a balanced tree of depth log2 N: a chain of N - 1
+// dependent FMNMX or FADD would wait out each one's latency (about 4 cycles)
+// in turn.
+struct MaxOp { __device__ static float apply(float a, float b) { return fmaxf(a, b); } };
+struct SumOp { __device__ static float apply(float a, float b) { return a + b; } };
+template <typename Op, int N>
+__device__ __forceinline__ float tree_reduce(const float (&x)[N])
+{
+    static_assert((N & (N - 1)) == 0, "a balanced pairwise tree needs a power-of-two count");
+    if constexpr (N == 1) {
+        return x[0];
+    } else {
+        float half[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) half[i] = Op::apply(x[i], x[i + N / 2]);
+        return tree_reduce<Op>(half);
+    }
+}
+
+// The max to subtract in exp2(s - m): a row that has seen no key yet keeps
+// m = -inf, and subtracting 0 instead gives exp2(-inf) = 0 where -inf - -inf
+// would give NaN.
+__device__ __forceinline__ float finite_or_zero(float m) { return m == -INFINITY ? 0.0f : m; }
+
+// Two fp32 -> one register of two 16-bit values, lo in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+}
+
+// ---- swizzled shared-memory layout ---------------------------------------------
+
+// Physical column of logical element (row, col) in a tile of 16-bit elements:
+// the 16-byte chunk (8 elements) is XORed with the row's low 3 bits, so the
+// 8 rows any fragment read touches land in 8 different chunks of the 128-byte
+// bank window. Within a chunk nothing moves, so 32-bit and 16-byte accesses
+// keep their alignment.
+__device__ __forceinline__ int swizzle(int row, int col) { return (((col / 8) ^ (row % 8)) * 8) | (col % 8); }
+
+// Byte offset of element (row, col) from the start of a swizzled [rows][D] tile.
+template <int D>
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int col) { return (row * D + swizzle(row, col)) * 2; }
+
+// ---- global -> shared copies -------------------------------------------------
+
+// This thread's share of copying a [ROWS][D] tile into swizzled shared memory,
+// 16 bytes per cp.async: one chunk column (col) of rows row0, row0 + ROWS_PER_PASS,
+// ... Those rows share row % 8, so the swizzled chunk is the same in every
+// pass and the shared address just steps by ROWS_PER_PASS rows: everything that
+// depends on the thread is computed once, in the constructor, and a tile's
+// copy is a run of cp.async with immediate offsets and one 64-bit add each.
+template <int D, int THREADS>
+struct TileCopy {
+    static constexpr int CHUNKS_PER_ROW = D * 2 / 16;  // 16-byte chunks of one row
+    static constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
+    static_assert(THREADS % CHUNKS_PER_ROW == 0, "every thread copies the same chunk column in each pass");
+    static_assert(ROWS_PER_PASS % 8 == 0, "a thread's rows share row % 8, so its swizzled chunk is the same in every pass");
+    int row0, col;      // this thread's first row and its chunk's first element
+    uint32_t smem_off;  // bytes from a tile's start to this thread's first chunk, swizzled
+
+    __device__ TileCopy() : row0(threadIdx.x / CHUNKS_PER_ROW), col(threadIdx.x % CHUNKS_PER_ROW * 8)
+    {
+        smem_off = swizzled_offset<D>(row0, col);
+    }
+
+    // Issues the copy of rows [0, ROWS) from src (row r at src + r * row_stride) to
+    // the tile at shared address tile_saddr. A FULL tile has every row; otherwise rows
+    // from valid_rows on are zero-filled (a tail tile then multiplies by 0 rather
+    // than by whatever memory holds). The caller commits and waits.
+    template <int ROWS, bool FULL>
+    __device__ __forceinline__ void issue(uint32_t tile_saddr, const uint16_t *src, int64_t row_stride, int valid_rows) const
+    {
+        static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
+        const uint16_t *row_src = src + row0 * row_stride + col;
+#pragma unroll
+        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+            const uint32_t dst = tile_saddr + smem_off + pass * ROWS_PER_PASS * D * 2;
+            if (FULL) {
+                cp_async_16(dst, row_src, true);
+            } else {
+                const bool valid = row0 + pass * ROWS_PER_PASS < valid_rows;
+                cp_async_16(dst, valid ? row_src : src + col, valid);  // src-size 0 reads nothing
+            }
+            row_src += ROWS_PER_PASS * row_stride;
+        }
+    }
+};
+
+// ---- packed rows ---------------------------------------------------------------
+
+// Packed row r of kv head h_kv: query row r / group of query head h_kv * group +
+// r % group. Consecutive rows are the heads of one query row, so the rows of a
+// tile share their causal limit in runs of `group`.
+struct PackedRow {
+    int query, head;
+};
+__device__ __forceinline__ PackedRow unpack_row(int r, int group, int h_kv) { return {r / group, h_kv * group + r % group}; }
+
+// ---- the kernel --------------------------------------------------------------
+
+// Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each; after the
+// last key tile the K/V space holds the warps' partial results for the merge:
+// O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each.
+template <int D>
+struct SmemLayout {
+    static constexpr int O_PITCH = D + 8;  // fp32 per row: the 8 rows of a fragment store start 8 banks apart
+    static constexpr int Q_BYTES = BLOCK_M * D * 2, STAGE_BYTES = BLOCK_N * D * 2;
+    static constexpr int KV_BYTES = 2 * STAGES * STAGE_BYTES;
+    static constexpr int MERGE_BYTES = WARPS * BLOCK_M * (O_PITCH + 2) * 4;
+    static_assert(MERGE_BYTES <= KV_BYTES, "the warps' partial O, max and sum fit where K and V were");
+    static constexpr int BYTES = Q_BYTES + KV_BYTES;
+};
+
+// splits > 1: block (m_block, split) writes O_s (fp32, normalised by its own row
+// sum) to o_part [splits][batch * heads_q * seqlen_q][D] and LSE_s to lse_part
+// [splits][batch * heads_q * seqlen_q], rows in the order of fa2.h's LSE.
+template <typename T, int D>
+__global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int splits, float *o_part, float *lse_part)
+{
+    static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
+    static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
+    static_assert(WARP_KEYS % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
+    static_assert(STAGES >= 2, "the copy of tile nb + 1 needs its own buffer while tile nb is read");
+    using L = SmemLayout<D>;
+    extern __shared__ __align__(16) uint16_t smem[];
+    // The tiles as shared-state-space byte addresses (_saddr), the form cp.async and ldmatrix take.
+    constexpr uint32_t ROW_BYTES = D * 2;
+    const uint32_t q_saddr = (uint32_t)__cvta_generic_to_shared(smem);  // [BLOCK_M][D]
+    const uint32_t k_saddr = q_saddr + L::Q_BYTES;                      // [STAGES][BLOCK_N][D]
+    const uint32_t v_saddr = k_saddr + STAGES * L::STAGE_BYTES;         // [STAGES][BLOCK_N][D]
+
+    const int m_block = blockIdx.x / splits, split = blockIdx.x % splits, h_kv = blockIdx.y, b = blockIdx.z;
+    const int group = p.heads_q / p.heads_kv;
+    const int rows = group * p.seqlen_q;  // packed rows of this kv head (< 2^31: fa2_supports)
+    const int r0 = m_block * BLOCK_M;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
+    const int shift = p.seqlen_k - p.seqlen_q;  // causal: query row i sees keys j <= i + shift
+    const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
+
+    const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + h_kv * p.k_head_stride;
+    const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + h_kv * p.v_head_stride;
+
+    // The block's key tiles: those its last query row sees (causal), cut into
+    // `splits` ranges of whole tiles; the last ranges may be empty.
+    const int first_query = r0 / group, last_query = min(rows - 1, r0 + BLOCK_M - 1) / group;
+    const int key_end = p.causal ? min(p.seqlen_k, max(0, last_query + 1 + shift)) : p.seqlen_k;
+    const int n_tiles = (key_end + BLOCK_N - 1) / BLOCK_N;
+    const int tiles_per_split = (n_tiles + splits - 1) / splits;
+    const int tile_lo = min(n_tiles, split * tiles_per_split), tile_hi = min(n_tiles, tile_lo + tiles_per_split);
+
+    // Prologue: Q (each packed row from its own query row and head) and the first
+    // key tile, one commit group; each key tile then commits the next one's K and V.
+    constexpr int CHUNKS_PER_ROW = D * 2 / 16;
+#pragma unroll
+    for (int c = threadIdx.x; c < BLOCK_M * CHUNKS_PER_ROW; c += THREADS) {
+        const int row = c / CHUNKS_PER_ROW, col = c % CHUNKS_PER_ROW * 8;
+        const PackedRow pr = unpack_row(r0 + row, group, h_kv);
+        const bool valid = r0 + row < rows;
+        const uint16_t *src = (const uint16_t *)p.q + b * p.q_batch_stride;
+        if (valid) src += (int64_t)pr.query * p.q_row_stride + pr.head * p.q_head_stride + col;
+        cp_async_16(q_saddr + swizzled_offset<D>(row, col), src, valid);
+    }
+    const TileCopy<D, THREADS> tile_copy;
+    if (tile_lo < tile_hi) {
+        const int n0 = tile_lo * BLOCK_N, off = tile_lo % STAGES * L::STAGE_BYTES;
+        tile_copy.template issue<BLOCK_N, false>(k_saddr + off, k + (int64_t)n0 * p.k_row_stride, p.k_row_stride, min(BLOCK_N, p.seqlen_k - n0));
+        tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v + (int64_t)n0 * p.v_row_stride, p.v_row_stride, min(BLOCK_N, p.seqlen_k - n0));
+    }
+    cp_async_commit();
+
+    // This lane's ldmatrix row addresses (step 07's, for one m-tile). Every row a
+    // lane points at has row % 8 == lane % 8 (fragments start on multiples of 8
+    // rows, and a warp's keys on a multiple of 16), so the swizzle maps 16-byte
+    // chunk 8 h + c (c < 8) to 8 h + (c ^ lane % 8): of the chunks a lane reads,
+    // only 4 distinct addresses remain, [i] for c = 2 i + its half; n-tiles, key
+    // steps and the next 128 bytes are fixed offsets the loads take as immediates.
+    // K and V point at this warp's share of the tile, keys warp * WARP_KEYS on.
+    uint32_t q_addr[4], k_addr[4], v_addr[4];
+    const uint32_t warp_keys_off = warp * WARP_KEYS * ROW_BYTES;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        // Q (A, row major): rows lane % 16, chunk 2 kk + lane / 16.
+        q_addr[i] = q_saddr + (lane % 16) * ROW_BYTES + ((2 * i + lane / 16) ^ (lane % 8)) * 16;
+        // K (B = K^T): keys (lane / 16) * 8 + lane % 8 of two n-tiles, chunk 2 kk + lane / 8 % 2.
+        k_addr[i] = k_saddr + warp_keys_off + ((lane / 16) * 8 + lane % 8) * ROW_BYTES + ((2 * i + lane / 8 % 2) ^ (lane % 8)) * 16;
+        // V (B, transposed on the way): keys (lane / 8 % 2) * 8 + lane % 8, chunk dt + lane / 16.
+        v_addr[i] = v_saddr + warp_keys_off + ((lane / 8 % 2) * 8 + lane % 8) * ROW_BYTES + ((2 * i + lane / 16) ^ (lane % 8)) * 16;
+    }
+
+    float o_acc[D / MMA_N][4];  // [d-tile][c0..c3]: rows g, g+8, cols 2t, 2t+1; this warp's keys only
+    float m_run[2];             // running max of rows g and g+8 over this warp's keys, in scaled log2 units
+    float l_run[2];             // this lane's part of the running sum (quad-reduced at the end)
+#pragma unroll
+    for (int dt = 0; dt < D / MMA_N; dt++) o_acc[dt][0] = o_acc[dt][1] = o_acc[dt][2] = o_acc[dt][3] = 0.0f;
+    m_run[0] = m_run[1] = -INFINITY;
+    l_run[0] = l_run[1] = 0.0f;
+    // The query row of rows g and g + 8 (the causal mask compares keys with it).
+    const int row_query[2] = {(r0 + g) / group, (r0 + g + 8) / group};
+
+    // One key tile: the loop body, instantiated twice. Tiles that need no mask
+    // (all but the diagonal ones and the seqlen_k tail) run a copy compiled with
+    // no masking code at all.
+    auto key_tile = [&](const int nb, auto masked) {
+        const int n0 = nb * BLOCK_N, n1 = n0 + BLOCK_N;
+        const uint32_t stage_off = nb % STAGES * L::STAGE_BYTES, next_off = (nb + 1) % STAGES * L::STAGE_BYTES;
+        // K and V of tile nb have landed (this thread's copies, then, after the
+        // barrier, every thread's), and every warp is done with tile nb - 1, whose
+        // buffers the copies below overwrite.
+        cp_async_wait<0>();
+        __syncthreads();
+        const bool next_full = n1 + BLOCK_N <= p.seqlen_k;
+        if (nb + 1 < tile_hi) {
+            const uint16_t *k1 = k + (int64_t)n1 * p.k_row_stride;
+            if (next_full) tile_copy.template issue<BLOCK_N, true>(k_saddr + next_off, k1, p.k_row_stride, BLOCK_N);
+            else tile_copy.template issue<BLOCK_N, false>(k_saddr + next_off, k1, p.k_row_stride, p.seqlen_k - n1);
+            const uint16_t *v1 = v + (int64_t)n1 * p.v_row_stride;
+            if (next_full) tile_copy.template issue<BLOCK_N, true>(v_saddr + next_off, v1, p.v_row_stride, BLOCK_N);
+            else tile_copy.template issue<BLOCK_N, false>(v_saddr + next_off, v1, p.v_row_stride, p.seqlen_k - n1);
+        }
+        cp_async_commit();
+
+        // S = Q K^T: the 16 rows x this warp's WARP_KEYS keys.
+        float s_acc[WARP_KEYS / MMA_N][4];  // [key n-tile][c0..c3]
+#pragma unroll
+        for (int nt = 0; nt < WARP_KEYS / MMA_N; nt++) s_acc[nt][0] = s_acc[nt][1] = s_acc[nt][2] = s_acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+            // ldmatrix.x4 matrices: rows 0-7 / 8-15 (lane % 16) x cols 0-7 / 8-15 (lane / 16) = a0, a1, a2, a3.
+            uint32_t q_frag[4];
+            ldmatrix_x4(q_frag, q_addr[kk % 4] + kk / 4 * 128);
+#pragma unroll
+            for (int nt = 0; nt < WARP_KEYS / MMA_N; nt += 2) {
+                // B = K^T: element (k = d, n = key) is K[key][d] of the tile, rows of K are the n of B.
+                uint32_t k_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(k_frag, k_addr[kk % 4] + stage_off + nt * MMA_N * ROW_BYTES + kk / 4 * 128);
+                mma_m16n8k16<T>(s_acc[nt], q_frag, k_frag[0], k_frag[1]);
+                mma_m16n8k16<T>(s_acc[nt + 1], q_frag, k_frag[2], k_frag[3]);
+            }
+        }
+
+        if constexpr (decltype(masked)::value) {
+#pragma unroll
+            for (int nt = 0; nt < WARP_KEYS / MMA_N; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int key = n0 + warp * WARP_KEYS + nt * MMA_N + 2 * t + (e & 1);
+                    if (key >= p.seqlen_k || (p.causal && key > row_query[e / 2] + shift)) s_acc[nt][e] = -INFINITY;
+                }
+        }
+
+        // Online softmax for rows g (r = 0: c0, c1) and g + 8 (r = 1: c2, c3), over this warp's keys.
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            float row_vals[WARP_KEYS / MMA_N * 2];  // this lane's WARP_KEYS / 4 scores of the row
+#pragma unroll
+            for (int nt = 0; nt < WARP_KEYS / MMA_N; nt++) row_vals[2 * nt] = s_acc[nt][2 * r], row_vals[2 * nt + 1] = s_acc[nt][2 * r + 1];
+            float row_max = tree_reduce<MaxOp>(row_vals);
+            row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));  // the 4 lanes of a quad
+            row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));  // share one row
+            const float m_new = fmaxf(m_run[r], row_max * scale_log2);
+            const float correction = exp2_approx(m_run[r] - finite_or_zero(m_new));  // 0 on a row's first visible key
+            m_run[r] = m_new;
+            l_run[r] *= correction;
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt++) {
+                o_acc[dt][2 * r] *= correction;
+                o_acc[dt][2 * r + 1] *= correction;
+            }
+            const float m_use = finite_or_zero(m_new);
+#pragma unroll
+            for (int nt = 0; nt < WARP_KEYS / MMA_N; nt++) {
+                s_acc[nt][2 * r] = row_vals[2 * nt] = exp2_approx(fmaf(s_acc[nt][2 * r], scale_log2, -m_use));
+                s_acc[nt][2 * r + 1] = row_vals[2 * nt + 1] = exp2_approx(fmaf(s_acc[nt][2 * r + 1], scale_log2, -m_use));
+            }
+            l_run[r] += tree_reduce<SumOp>(row_vals);
+        }
+
+        // O += P V over this warp's keys. The C fragments of key n-tiles 2j and
+        // 2j+1 are exactly the A fragment of k-step j, so P never leaves registers.
+#pragma unroll
+        for (int j = 0; j < WARP_KEYS / MMA_K; j++) {
+            uint32_t p_frag[4];
+            p_frag[0] = pack2<T>(s_acc[2 * j][0], s_acc[2 * j][1]);
+            p_frag[1] = pack2<T>(s_acc[2 * j][2], s_acc[2 * j][3]);
+            p_frag[2] = pack2<T>(s_acc[2 * j + 1][0], s_acc[2 * j + 1][1]);
+            p_frag[3] = pack2<T>(s_acc[2 * j + 1][2], s_acc[2 * j + 1][3]);
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                // B = V: rows of V are the k of B, so the 8x8 matrices are transposed on the way.
+                uint32_t v_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(v_frag, v_addr[dt % 8 / 2] + stage_off + j * MMA_K * ROW_BYTES + dt / 8 * 128);
+                mma_m16n8k16<T>(o_acc[dt], p_frag, v_frag[0], v_frag[1]);
+                mma_m16n8k16<T>(o_acc[dt + 1], p_frag, v_frag[2], v_frag[3]);
+            }
+        }
+    };
+
+    // Tiles from first_masked on cross the diagonal (causal: some key is past the
+    // first row's last visible key) or hold the seqlen_k tail.
+    int first_masked = p.seqlen_k / BLOCK_N;
+    if (p.causal) first_masked = min(first_masked, max(0, (first_query + shift + 1) / BLOCK_N));
+    first_masked = min(max(first_masked, tile_lo), tile_hi);
+    for (int nb = tile_lo; nb < first_masked; nb++) key_tile(nb, std::false_type{});
+    for (int nb = first_masked; nb < tile_hi; nb++) key_tile(nb, std::true_type{});
+
+    // Merge, 1: each warp's partial result into the K/V space -- its unnormalised
+    // O, and the max and sum of each row over the warp's keys.
+    cp_async_wait<0>();  // a block with no key tile never waited for Q: its copy may still be landing
+    __syncthreads();     // every warp is done reading K and V before they are overwritten
+    float(*o_merge)[BLOCK_M][L::O_PITCH] = reinterpret_cast<float(*)[BLOCK_M][L::O_PITCH]>(smem + L::Q_BYTES / 2);
+    float(*m_merge)[BLOCK_M] = reinterpret_cast<float(*)[BLOCK_M]>(&o_merge[WARPS][0][0]);
+    float(*l_merge)[BLOCK_M] = m_merge + WARPS;
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+        const int row = g + 8 * r;
+        if (t == 0) m_merge[warp][row] = m_run[r], l_merge[warp][row] = l_run[r];
+#pragma unroll
+        for (int dt = 0; dt < D / MMA_N; dt++)
+            *reinterpret_cast<float2 *>(&o_merge[warp][row][dt * MMA_N + 2 * t]) = make_float2(o_acc[dt][2 * r], o_acc[dt][2 * r + 1]);
+    }
+    __syncthreads();
+
+    // Merge, 2: 8 threads per row, each 4 consecutive columns at a time (a row's
+    // 8 threads read 128 contiguous bytes: one conflict-free float4 phase). Warp w's
+    // weight is exp2(m_w - m) with m the largest max: the online softmax's rescale.
+    // A warp that saw no key of the row has m_w = -inf and weight 0; if no warp saw
+    // one, l = 0 and the row writes O = 0, LSE = -inf; a NaN sum gives NaN.
+    constexpr int ROW_THREADS = THREADS / BLOCK_M;
+    static_assert(D % (4 * ROW_THREADS) == 0, "a row's threads take 4 columns at a time, the same count each");
+    const int row = threadIdx.x / ROW_THREADS, col0 = threadIdx.x % ROW_THREADS * 4;
+    float m_max = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) m_max = fmaxf(m_max, m_merge[w][row]);
+    float weight[WARPS], l_sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < WARPS; w++) {
+        weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));
+        l_sum += weight[w] * l_merge[w][row];
+    }
+    const float inv_l = l_sum != 0.0f ? 1.0f / l_sum : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
+    const float lse = l_sum != 0.0f ? (m_max + log2f(l_sum)) * LN2 : -INFINITY;
+    if (r0 + row >= rows) return;
+    const PackedRow pr = unpack_row(r0 + row, group, h_kv);
+    const int64_t lse_row = ((int64_t)b * p.heads_q + pr.head) * p.seqlen_q + pr.query;  // fa2.h's LSE order
+    uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)pr.query * p.o_row_stride + pr.head * p.o_head_stride;
+#pragma unroll
+    for (int c = col0; c < D; c += 4 * ROW_THREADS) {
+        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+        for (int w = 0; w < WARPS; w++) {
+            const float4 part = *reinterpret_cast<const float4 *>(&o_merge[w][row][c]);
+            acc.x += weight[w] * part.x, acc.y += weight[w] * part.y, acc.z += weight[w] * part.z, acc.w += weight[w] * part.w;
+        }
+        acc.x *= inv_l, acc.y *= inv_l, acc.z *= inv_l, acc.w *= inv_l;
+        if (splits == 1)  // the final O, in the dtype (8 bytes: 4 elements)
+            *reinterpret_cast<uint2 *>(o + c) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
+        else  // this split's O, fp32, for combine_kernel
+            *reinterpret_cast<float4 *>(o_part + ((int64_t)split * p.batch * p.heads_q * p.seqlen_q + lse_row) * D + c) = acc;
+    }
+    if (col0 == 0) {
+        if (splits > 1) lse_part[(int64_t)split * p.batch * p.heads_q * p.seqlen_q + lse_row] = lse;
+        else if (p.lse) p.lse[lse_row] = lse;
+    }
+}
+
+// Merges the splits' partial results: one warp per output row (b, head, query
+// row), each lane 4 columns at d128 or 2 at d64. The weight of split s is
+// exp(LSE_s - LSE), LSE = log sum_s exp(LSE_s) -- computed from the largest
+// LSE_s, as the online softmax subtracts its running max. A split that saw no key
+// has LSE_s = -inf and weight 0; if none did, O = 0 and LSE = -inf. A NaN LSE_s
+// reaches the sum (fmaxf skips it, exp2 does not).
+constexpr int COMBINE_WARPS = 4;
+template <typename T, int D>
+__global__ void __launch_bounds__(COMBINE_WARPS * 32) combine_kernel(fa2_params p, int splits, const float *o_part, const float *lse_part)
+{
+    constexpr int COLS = D / 32;  // per lane
+    static_assert(COLS == 2 || COLS == 4, "a lane's columns are one float2 or float4 of O_s");
+    const int64_t n_rows = (int64_t)p.batch * p.heads_q * p.seqlen_q;
+    const int64_t row = (int64_t)blockIdx.x * COMBINE_WARPS + threadIdx.x / 32;  // in fa2.h's LSE order
+    const int lane = threadIdx.x % 32;
+    if (row >= n_rows) return;
+
+    float lse_max = -INFINITY;
+    for (int s = lane; s < splits; s += 32) lse_max = fmaxf(lse_max, lse_part[s * n_rows + row]);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) lse_max = fmaxf(lse_max, __shfl_xor_sync(0xffffffffu, lse_max, off));
+    const float shift = finite_or_zero(lse_max);  // every split empty: exp2(-inf - 0) = 0, not NaN
+    float sum = 0.0f;
+    for (int s = lane; s < splits; s += 32) sum += exp2_approx((lse_part[s * n_rows + row] - shift) * LOG2E);
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float lse = sum != 0.0f ? shift + log2f(sum) * LN2 : -INFINITY;
+
+    float acc[COLS] = {};
+    for (int s = 0; s < splits; s++) {
+        const float weight = sum != 0.0f ? exp2_approx((lse_part[s * n_rows + row] - lse) * LOG2E) : 0.0f;
+        const float *part = o_part + (s * n_rows + row) * D + lane * COLS;
+        float vals[COLS];
+        if constexpr (COLS == 4) *reinterpret_cast<float4 *>(vals) = *reinterpret_cast<const float4 *>(part);
+        else *reinterpret_cast<float2 *>(vals) = *reinterpret_cast<const float2 *>(part);
+#pragma unroll
+        for (int c = 0; c < COLS; c++) acc[c] += weight * vals[c];
+    }
+    const int b = (int)(row / ((int64_t)p.heads_q * p.seqlen_q)), h = (int)(row / p.seqlen_q % p.heads_q), i = (int)(row % p.seqlen_q);
+    uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)i * p.o_row_stride + h * p.o_head_stride + lane * COLS;
+    if constexpr (COLS == 4) *reinterpret_cast<uint2 *>(o) = make_uint2(pack2<T>(acc[0], acc[1]), pack2<T>(acc[2], acc[3]));
+    else *reinterpret_cast<uint32_t *>(o) = pack2<T>(acc[0], acc[1]);
+    if (lane == 0 && p.lse) p.lse[row] = lse;
+}
+
+// ---- the split count ---------------------------------------------------------
+
+static long long m_blocks_of(const fa2_params *p) { return ((long long)p->heads_q / p->heads_kv * p->seqlen_q + BLOCK_M - 1) / BLOCK_M; }
+static long long base_blocks_of(const fa2_params *p) { return (long long)p->batch * p->heads_kv * m_blocks_of(p); }
+static int key_tiles_of(const fa2_params *p) { return (p->seqlen_k + BLOCK_N - 1) / BLOCK_N; }
+
+// The most splits these params may take, from the params alone: it sizes the workspace.
+static int max_splits(const fa2_params *p)
+{
+    const long long by_blocks = MAX_SPLIT_BLOCKS / base_blocks_of(p);
+    const long long cap = by_blocks < MAX_SPLITS ? by_blocks : MAX_SPLITS;
+    return (int)(cap < 1 ? 1 : cap < key_tiles_of(p) ? cap : key_tiles_of(p));
+}
+
+extern "C" size_t fa2_workspace_size(const fa2_params *p)
+{
+    if (p->batch < 1 || p->heads_kv < 1 || p->heads_q < 1 || p->seqlen_q < 1 || p->seqlen_k < 1 || p->head_dim < 1) return 0;
+    const int splits = max_splits(p);
+    return splits > 1 ? (size_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * sizeof(float) : 0;
+}
+
+// The launch: the split count and what it was chosen from.
+struct Plan {
+    int splits, blocks_per_sm, sm_count;
+    long long base_blocks;  // batch x kv heads x query tiles: the blocks of one split
+};
+
+// Splits of equal work fill the GPU in waves of sm_count x blocks_per_sm blocks; a
+// last wave that is partly empty leaves SMs idle. The efficiency of s splits is
+// blocks / (waves x wave size); the choice is the fewest splits within 5% of the
+// best efficiency up to max_splits (fewer splits: fewer partial results to write
+// and merge, longer key ranges to pipeline). At least one wave's worth of blocks
+// already fills the GPU: s = 1 unless more splits fill the last wave better.
+template <typename T, int D>
+static cudaError_t choose_splits(const fa2_params *p, Plan *plan)
+{
+    int device = 0;
+    cudaError_t err = cudaGetDevice(&device);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&plan->sm_count, cudaDevAttrMultiProcessorCount, device);
+    if (err == cudaSuccess) err = cudaFuncSetAttribute(fa2_split_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemLayout<D>::BYTES);
+    if (err == cudaSuccess)
+        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan->blocks_per_sm, fa2_split_kernel<T, D>, THREADS, SmemLayout<D>::BYTES);
+    if (err != cudaSuccess) return err;
+    plan->base_blocks = base_blocks_of(p);
+    const long long wave = (long long)plan->sm_count * (plan->blocks_per_sm > 0 ? plan->blocks_per_sm : 1);
+    const int cap = max_splits(p);
+    double efficiency[MAX_SPLITS + 1], best = 0.0;
+    for (int s = 1; s <= cap; s++) {
+        const long long blocks = plan->base_blocks * s, waves = (blocks + wave - 1) / wave;
+        efficiency[s] = (double)blocks / (double)(waves * wave);
+        best = efficiency[s] > best ? efficiency[s] : best;
+    }
+    plan->splits = 1;
+    while (efficiency[plan->splits] < 0.95 * best) plan->splits++;
+#ifdef FA2_SWEEP_SPLITS
+    plan->splits = FA2_SWEEP_SPLITS < cap ? FA2_SWEEP_SPLITS : cap;  // a sweep build: the fixed count, within the workspace
+#endif
+    return cudaSuccess;
+}
+
+// ---- launcher and ABI --------------------------------------------------------
+
+template <typename T, int D>
+static int launch(const fa2_params *p, cudaStream_t stream)
+{
+    Plan plan;
+    const cudaError_t err = choose_splits<T, D>(p, &plan);
+    if (err != cudaSuccess) return fa2_fail("choose_splits", cudaGetErrorString(err));
+    const long long n_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
+    float *o_part = (float *)p->workspace, *lse_part = o_part + (size_t)plan.splits * n_rows * D;
+    dim3 grid((unsigned)(m_blocks_of(p) * plan.splits), p->heads_kv, p->batch);
+    fa2_split_kernel<T, D><<<grid, THREADS, SmemLayout<D>::BYTES, stream>>>(*p, plan.splits, o_part, lse_part);
+    FA2_CUDA_TRY(cudaGetLastError());
+    if (plan.splits > 1) {
+        combine_kernel<T, D><<<(unsigned)((n_rows + COMBINE_WARPS - 1) / COMBINE_WARPS), COMBINE_WARPS * 32, 0, stream>>>(*p, plan.splits, o_part, lse_part);
+        FA2_CUDA_TRY(cudaGetLastError());
+    }
+    return FA2_OK;
+}
+
+extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
+{
+    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (p->head_dim != 64 && p->head_dim != 128) {
+        if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
+        return 0;
+    }
+    // 16-byte copies need every row to start on a 16-byte boundary.
+    if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
+    if (p->heads_kv > 65535 || p->batch > 65535) {
+        if (why) snprintf(why, why_len, "heads_kv %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_kv, p->batch);
+        return 0;
+    }
+    // Packed rows are ints, and the grid's x is query tiles x splits.
+    if ((long long)p->heads_q / p->heads_kv * p->seqlen_q > INT_MAX - BLOCK_M || m_blocks_of(p) * max_splits(p) > INT_MAX) {
+        if (why) snprintf(why, why_len, "heads_q / heads_kv x seqlen_q = %lld (allowed: at most 2^31 - 1 - %d packed rows, whose query tiles x splits fit the grid's x)",
+                          (long long)p->heads_q / p->heads_kv * p->seqlen_q, BLOCK_M);
+        return 0;
+    }
+    return fa2_validate_workspace(p, fa2_workspace_size(p), why, why_len);
+}
+
+enum { ONE_SPLIT = 0, SPLIT_AND_COMBINE = 1, CONFIGS = 2 };
+extern "C" int fa2_config_count(void) { return CONFIGS; }
+
+extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    Plan plan;
+    const cudaError_t err = p->dtype == FA2_FP16 ? (p->head_dim == 64 ? choose_splits<__half, 64>(p, &plan) : choose_splits<__half, 128>(p, &plan))
+                                                 : (p->head_dim == 64 ? choose_splits<__nv_bfloat16, 64>(p, &plan) : choose_splits<__nv_bfloat16, 128>(p, &plan));
+    if (err != cudaSuccess) {
+        cudaGetLastError();  // leave no error behind for the caller
+        snprintf(what, what_len, "no GPU answers (%s): the split count depends on its SM count", cudaGetErrorString(err));
+        return -1;
+    }
+    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile: %d split%s of %d key tiles, %lld blocks, %d per SM on %d SMs",
+             BLOCK_M, WARPS, BLOCK_N, plan.splits, plan.splits > 1 ? "s + combine" : "", key_tiles_of(p),
+             plan.base_blocks * plan.splits, plan.blocks_per_sm, plan.sm_count);
+    return plan.splits > 1 ? SPLIT_AND_COMBINE : ONE_SPLIT;
+}
+
+extern "C" int fa2_forward(const fa2_params *p, void *stream)
+{
+    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    cudaStream_t s = (cudaStream_t)stream;
+    if (p->dtype == FA2_FP16)
+        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+}
+
+extern "C" const char *fa2_name(void) { return "12_split_kv"; }
+extern "C" const char *fa2_key_change(void) { return "split-KV decode: a GQA group's heads packed as rows, keys split over blocks and warps, merged by LSE"; }
+extern "C" int fa2_runs_on_gpu(void) { return 1; }
