@@ -47,7 +47,7 @@ help:
 	@echo "make step=NN run [ARGS=...]   check and time one step (ARGS: see build/stepNN/fa2 --help)"
 	@echo "make step=NN diff             what step NN changed since the step before it"
 	@echo "make step=NN info             registers, shared memory, spills, SASS mix (HMMA, LDSM, LDGSTS, MUFU...)"
-	@echo "make step=NN profile [ARGS=]  Nsight Compute on one launch: tensor pipe, issue, stalls, bank conflicts"
+	@echo "make step=NN profile [ARGS=] [KERNELS=2]  Nsight Compute on one launch (or the first N kernels): tensor pipe, issue, stalls, bank conflicts"
 	@echo "make step=NN sanitize         compute-sanitizer memcheck, racecheck, synccheck, initcheck"
 	@echo "make step=NN variant NAME=X [DEFINES=-D...] [SRC=FILE]  a rebuilt copy in build/variants/X (sweeps, tests)"
 	@echo "make compare [SHAPES=all] [ROUNDS=3]  every step, the cuBLAS baseline and torch SDPA in rounds: the tables"
@@ -86,7 +86,7 @@ info: check-step
 
 profile: check-step
 	@$(MAKE) -s $(BUILD)/step$(step)/fa2
-	@bash tools/profile.sh $(BUILD)/step$(step)/fa2 $(ARGS)
+	@KERNELS=$(or $(KERNELS),1) bash tools/profile.sh $(BUILD)/step$(step)/fa2 $(ARGS)
 
 sanitize: check-step
 	@$(MAKE) -s $(BUILD)/step$(step)/fa2

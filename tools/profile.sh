@@ -5,6 +5,8 @@
 # throughput and bytes read, the L2 hit rate, the MUFU instruction count, the top
 # stall reasons; on Hopper also the wgmma instruction count).
 # usage: bash tools/profile.sh BINARY [harness args...]
+#   KERNELS=N profiles the first N kernels (a step that launches two per forward, as the
+#   split-KV step's split and combine kernels, needs KERNELS=2); each gets its own block.
 set -uo pipefail
 bin=$1; shift
 NCU=${NCU:-$(command -v ncu || true)}
@@ -35,7 +37,7 @@ for r in wait short_scoreboard long_scoreboard barrier math_pipe_throttle mio_th
 done
 out=$(mktemp)
 # --clock-control none: measure the GPU at the clocks it runs at, never pin or change them.
-"$NCU" --clock-control none --launch-count 1 --metrics "$metrics" --csv "$bin" --iters 1 --warmup 0 --check off "$@" >"$out" 2>&1
+"$NCU" --clock-control none --launch-count "${KERNELS:-1}" --metrics "$metrics" --csv "$bin" --iters 1 --warmup 0 --check off "$@" >"$out" 2>&1
 rc=$?
 if grep -q "ERR_NVGPUCTRPERM" "$out"; then
   echo "error: ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root or allow profiling for all users"; rm -f "$out"; exit 2
@@ -44,5 +46,7 @@ if [ $rc -ne 0 ] || ! grep -q '"Metric Name"' "$out"; then
   echo "error: ncu failed (exit $rc):"; tail -n 5 "$out"; rm -f "$out"; exit 1
 fi
 grep -vE '^"|^==' "$out" | head -n 3
-awk -F'","' 'NR > 1 && /Metric Name/ {next} /^"[0-9]/ { gsub(/"/, "", $15); printf "  %-78s %-14s %s\n", $13, $14, $15 }' "$out"
+awk -F'","' 'NR > 1 && /Metric Name/ {next}
+  /^"[0-9]/ { if ($1 != id) { id = $1; printf "== kernel %s\n", $5 }
+              gsub(/"/, "", $15); printf "  %-78s %-14s %s\n", $13, $14, $15 }' "$out"
 rm -f "$out"

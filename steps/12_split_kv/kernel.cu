@@ -54,8 +54,9 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
 // The tile: one m-tile of packed rows, WARPS warps that split every key tile.
-// sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. (keys per tile) and
-// -DFA2_SWEEP_SPLITS=.. (a fixed split count instead of choose_splits's).
+// sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. (keys per tile),
+// -DFA2_SWEEP_STAGES=.. and -DFA2_SWEEP_SPLITS=.. (a fixed split count instead of
+// choose_splits's).
 constexpr int WARPS = 4, THREADS = WARPS * 32;
 constexpr int BLOCK_M = MMA_M;  // packed rows per block
 #ifdef FA2_SWEEP_BLOCK_N
@@ -64,7 +65,11 @@ constexpr int BLOCK_N = FA2_SWEEP_BLOCK_N;
 constexpr int BLOCK_N = 64;  // keys per tile (sweep.sh)
 #endif
 constexpr int WARP_KEYS = BLOCK_N / WARPS;  // each warp's share of a key tile
-constexpr int STAGES = 2;                   // shared-memory buffers for each of K and V, as in step 05
+#ifdef FA2_SWEEP_STAGES
+constexpr int STAGES = FA2_SWEEP_STAGES;
+#else
+constexpr int STAGES = 2;  // shared-memory buffers for each of K and V (sweep.sh)
+#endif
 static_assert(WARP_KEYS % MMA_K == 0, "a warp's keys feed P.V 16 at a time (the k of m16n8k16)");
 
 // Splits: at most MAX_SPLITS, and at most MAX_SPLIT_BLOCKS blocks in all, so the
@@ -267,7 +272,7 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
     static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
     static_assert(WARP_KEYS % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
-    static_assert(STAGES >= 2, "the copy of tile nb + 1 needs its own buffer while tile nb is read");
+    static_assert(STAGES >= 2, "the copy of tile nb + STAGES - 1 needs its own buffer while tile nb is read");
     using L = SmemLayout<D>;
     extern __shared__ __align__(16) uint16_t smem[];
     // The tiles as shared-state-space byte addresses (_saddr), the form cp.async and ldmatrix take.
@@ -296,8 +301,8 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     const int tiles_per_split = (n_tiles + splits - 1) / splits;
     const int tile_lo = min(n_tiles, split * tiles_per_split), tile_hi = min(n_tiles, tile_lo + tiles_per_split);
 
-    // Prologue: Q (each packed row from its own query row and head) and the first
-    // key tile, one commit group; each key tile then commits the next one's K and V.
+    // Prologue: Q, each packed row from its own query row and head (committed with
+    // the first key tile below).
     constexpr int CHUNKS_PER_ROW = D * 2 / 16;
 #pragma unroll
     for (int c = threadIdx.x; c < BLOCK_M * CHUNKS_PER_ROW; c += THREADS) {
@@ -308,13 +313,29 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
         if (valid) src += (int64_t)pr.query * p.q_row_stride + pr.head * p.q_head_stride + col;
         cp_async_16(q_saddr + swizzled_offset<D>(row, col), src, valid);
     }
+    // Key tile nn's K and V into its stage, nn % STAGES. Only the seqlen_k tail has rows
+    // to zero-fill; full tiles skip the per-row checks.
     const TileCopy<D, THREADS> tile_copy;
-    if (tile_lo < tile_hi) {
-        const int n0 = tile_lo * BLOCK_N, off = tile_lo % STAGES * L::STAGE_BYTES;
-        tile_copy.template issue<BLOCK_N, false>(k_saddr + off, k + (int64_t)n0 * p.k_row_stride, p.k_row_stride, min(BLOCK_N, p.seqlen_k - n0));
-        tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v + (int64_t)n0 * p.v_row_stride, p.v_row_stride, min(BLOCK_N, p.seqlen_k - n0));
+    auto issue_tile = [&](const int nn) {
+        const int n0 = nn * BLOCK_N;
+        const uint32_t off = nn % STAGES * L::STAGE_BYTES;
+        const uint16_t *k_tile = k + (int64_t)n0 * p.k_row_stride, *v_tile = v + (int64_t)n0 * p.v_row_stride;
+        if (n0 + BLOCK_N <= p.seqlen_k) {
+            tile_copy.template issue<BLOCK_N, true>(k_saddr + off, k_tile, p.k_row_stride, BLOCK_N);
+            tile_copy.template issue<BLOCK_N, true>(v_saddr + off, v_tile, p.v_row_stride, BLOCK_N);
+        } else {
+            tile_copy.template issue<BLOCK_N, false>(k_saddr + off, k_tile, p.k_row_stride, p.seqlen_k - n0);
+            tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v_tile, p.v_row_stride, p.seqlen_k - n0);
+        }
+    };
+    // The first STAGES - 1 tiles, one commit group each (Q joins the first); each key
+    // tile then commits one group, with the tile STAGES - 1 ahead (or nothing past the
+    // range), so "tile nb has landed" is always "at most STAGES - 2 groups pending".
+#pragma unroll
+    for (int i = 0; i < STAGES - 1; i++) {
+        if (tile_lo + i < tile_hi) issue_tile(tile_lo + i);
+        cp_async_commit();
     }
-    cp_async_commit();
 
     // This lane's ldmatrix row addresses (step 07's, for one m-tile). Every row a
     // lane points at has row % 8 == lane % 8 (fragments start on multiples of 8
@@ -349,22 +370,14 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     // (all but the diagonal ones and the seqlen_k tail) run a copy compiled with
     // no masking code at all.
     auto key_tile = [&](const int nb, auto masked) {
-        const int n0 = nb * BLOCK_N, n1 = n0 + BLOCK_N;
-        const uint32_t stage_off = nb % STAGES * L::STAGE_BYTES, next_off = (nb + 1) % STAGES * L::STAGE_BYTES;
+        const int n0 = nb * BLOCK_N;
+        const uint32_t stage_off = nb % STAGES * L::STAGE_BYTES;
         // K and V of tile nb have landed (this thread's copies, then, after the
         // barrier, every thread's), and every warp is done with tile nb - 1, whose
-        // buffers the copies below overwrite.
-        cp_async_wait<0>();
+        // stage the copy of tile nb + STAGES - 1 below overwrites.
+        cp_async_wait<STAGES - 2>();
         __syncthreads();
-        const bool next_full = n1 + BLOCK_N <= p.seqlen_k;
-        if (nb + 1 < tile_hi) {
-            const uint16_t *k1 = k + (int64_t)n1 * p.k_row_stride;
-            if (next_full) tile_copy.template issue<BLOCK_N, true>(k_saddr + next_off, k1, p.k_row_stride, BLOCK_N);
-            else tile_copy.template issue<BLOCK_N, false>(k_saddr + next_off, k1, p.k_row_stride, p.seqlen_k - n1);
-            const uint16_t *v1 = v + (int64_t)n1 * p.v_row_stride;
-            if (next_full) tile_copy.template issue<BLOCK_N, true>(v_saddr + next_off, v1, p.v_row_stride, BLOCK_N);
-            else tile_copy.template issue<BLOCK_N, false>(v_saddr + next_off, v1, p.v_row_stride, p.seqlen_k - n1);
-        }
+        if (nb + STAGES - 1 < tile_hi) issue_tile(nb + STAGES - 1);
         cp_async_commit();
 
         // S = Q K^T: the 16 rows x this warp's WARP_KEYS keys.
