@@ -7,7 +7,9 @@
 # round's median launch time: a ratio does not move with the order of the runs.
 #
 # usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
-#   SET: seed, bench, sweep (reference/shapes.txt), or all (bench and sweep).
+#   SET: seed, bench, sweep, decode (reference/shapes.txt), or all (bench and sweep).
+#   decode's tables give GB/s of K and V read and the % of the streaming-read bandwidth
+#   (reference/bandwidth_ceiling) instead of TFLOP/s and the mma ceilings.
 #   ROUNDS (default 3) rounds; ITERS (default 50) timed launches per contender per round, after
 #   3 untimed ones (the first loads the module; a round's median needs no more warm-up).
 # Needs the binaries built (make all). Writes a new pair of files per run:
@@ -15,6 +17,7 @@
 #                                          harness's columns); round 1 checked against fp64
 #   results/ceiling-<gpu>-<date>[-N].csv   the mma.sync m16n8k16 ceiling of the GPU, and on
 #                                          Hopper the wgmma m64n256k16 ceiling
+#   results/bandwidth-<gpu>-<date>[-N].csv the streaming-read bandwidth (SHAPES=decode)
 # Exit: 0 all ran and passed, 1 a check failed or a run broke, 2 bad argument or
 # missing binaries, 3 no usable GPU.
 set -u
@@ -25,9 +28,9 @@ ITERS=${ITERS:-50}
 
 set_name=${1:-${SHAPES:-seed}}
 case $set_name in
-  seed|bench|sweep) sets=("$set_name") ;;
+  seed|bench|sweep|decode) sets=("$set_name") ;;
   all) sets=(bench sweep) ;;
-  *) echo "error: compare.sh: SHAPES='$set_name' is not allowed (allowed: seed, bench, sweep, all)" >&2; exit 2 ;;
+  *) echo "error: compare.sh: SHAPES='$set_name' is not allowed (allowed: seed, bench, sweep, decode, all)" >&2; exit 2 ;;
 esac
 case $ROUNDS in ''|*[!0-9]*|0) echo "error: compare.sh: ROUNDS='$ROUNDS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 case $ITERS in ''|*[!0-9]*|0) echo "error: compare.sh: ITERS='$ITERS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
@@ -49,7 +52,7 @@ for dir in steps/[0-9][0-9]_*; do
   bin=build/step$(basename "$dir" | cut -c1-2)/fa2
   [ -x "$bin" ] && step_bins+=("$bin") || missing+=("$bin")
 done
-for bin in build/reference/cublas/fa2 build/reference/mma_ceiling build/reference/wgmma_ceiling; do [ -x "$bin" ] || missing+=("$bin"); done
+for bin in build/reference/cublas/fa2 build/reference/mma_ceiling build/reference/wgmma_ceiling build/reference/bandwidth_ceiling; do [ -x "$bin" ] || missing+=("$bin"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "error: compare.sh: not built: ${missing[*]} (build them first: make all)" >&2
   exit 2
@@ -63,6 +66,7 @@ n=2
 while [ -e "results/compare-$run_name.csv" ]; do run_name=$slug-$today-$n; n=$((n + 1)); done
 csv=results/compare-$run_name.csv
 ceiling_csv=results/ceiling-$run_name.csv
+bandwidth_csv=""
 
 echo "== mma.sync ceiling of $gpu"
 build/reference/mma_ceiling --csv "$ceiling_csv"
@@ -73,6 +77,15 @@ build/reference/wgmma_ceiling --csv "$ceiling_csv"
 rc=$?
 [ $rc -eq 3 ] && echo "compare: no wgmma on this GPU (the Hopper steps run only on compute capability 9.0): the % of wgmma column stays empty"
 [ $rc -ne 0 ] && [ $rc -ne 3 ] && echo "compare: the wgmma ceiling probe failed (exit $rc): the % of wgmma column stays empty"
+
+if [ "$set_name" = decode ]; then
+  bandwidth_csv=results/bandwidth-$run_name.csv
+  echo "== streaming-read bandwidth of $gpu"
+  build/reference/bandwidth_ceiling --csv "$bandwidth_csv"
+  rc=$?
+  [ $rc -eq 3 ] && exit 3
+  [ $rc -ne 0 ] && echo "compare: the bandwidth probe failed (exit $rc): the % of bandwidth column stays empty"
+fi
 
 torch_ok=0
 if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
@@ -133,5 +146,6 @@ done
 
 echo
 echo "== $gpu, $today: $runs runs ($ROUNDS rounds), $failed failed, $unsupported unsupported; rows in $csv"
-awk -v mode=text -v ceiling_csv="$ceiling_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" -f reference/table.awk "$csv"
+awk -v mode=text -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" \
+    -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
 [ $failed -eq 0 ]

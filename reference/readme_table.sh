@@ -4,6 +4,9 @@
 #   <!-- compare-table:begin -->  and  <!-- compare-table:end -->
 # with the device, the date and the command that measured the rows, one table per benchmark
 # shape (reference/shapes.txt) and, when the CSV has the seqlen sweep, a TFLOP/s-by-seqlen table.
+# A CSV of `make compare SHAPES=decode` rewrites the lines between
+#   <!-- decode-table:begin -->  and  <!-- decode-table:end -->
+# instead: one table per decode shape, in GB/s and % of the bandwidth-*.csv beside it.
 #
 # usage: bash reference/readme_table.sh [CSV [README]]
 #   CSV: default the newest results/compare-*.csv; its ceiling is the ceiling-*.csv beside it.
@@ -24,8 +27,19 @@ if [ -z "$csv" ] || [ ! -f "$csv" ]; then
   echo "error: readme_table.sh: no compare CSV ('${csv:-results/compare-*.csv}'): run make compare first" >&2
   exit 2
 fi
-begin='<!-- compare-table:begin -->'
-end='<!-- compare-table:end -->'
+# Which shapes the run took: sweep rows mean SHAPES=all, other rows beyond the seed SHAPES=bench,
+# rows at a decode shape SHAPES=decode; the rounds are the most rows one contender has at one shape.
+has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of SET that OTHER lacks?
+  shapes_of "$1" | while read -r b h hkv nq nk d c dt; do
+    shapes_of "$2" | grep -qxF "$b $h $hkv $nq $nk $d $c $dt" && continue
+    awk -F, -v s="$dt,$b,$h,$hkv,$nq,$nk,$d,$c" 'FNR > 1 && $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 == s { f = 1 }
+      END { exit !f }' "$csv" && echo yes && break
+  done | grep -q yes
+}
+table=compare
+has_rows_of decode seed && table=decode
+begin="<!-- $table-table:begin -->"
+end="<!-- $table-table:end -->"
 if [ "$(grep -cxF "$begin" "$readme")" != 1 ] || [ "$(grep -cxF "$end" "$readme")" != 1 ]; then
   echo "error: readme_table.sh: $readme needs the lines '$begin' and '$end', once each" >&2
   exit 2
@@ -35,21 +49,18 @@ ceiling_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/ceiling-/')
 # Device and dates of the rows (step 00's rows say CPU: the GPU is the run's device).
 gpu=$(awk -F, 'FNR > 1 && $2 != "CPU" { g = $2 } END { print g }' "$csv")
 dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } END { print (f == l ? f : f " to " l) }' "$csv")
-# Which shapes the run took: sweep rows mean SHAPES=all, other rows beyond the seed SHAPES=bench;
-# the rounds are the most rows one contender has at one shape.
-has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of SET that OTHER lacks?
-  shapes_of "$1" | while read -r b h hkv nq nk d c dt; do
-    shapes_of "$2" | grep -qxF "$b $h $hkv $nq $nk $d $c $dt" && continue
-    awk -F, -v s="$dt,$b,$h,$hkv,$nq,$nk,$d,$c" 'FNR > 1 && $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 == s { f = 1 }
-      END { exit !f }' "$csv" && echo yes && break
-  done | grep -q yes
-}
 command='make compare'
-if has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
+if [ $table = decode ]; then command='make compare SHAPES=decode'
+elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
 rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11]++ }
                   END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
+bandwidth_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/bandwidth-/')
+[ $table = decode ] && [ -f "$bandwidth_csv" ] || bandwidth_csv=""
 ceiling_note=""
-if [ -f "$ceiling_csv" ]; then
+if [ $table = decode ]; then
+  gbps=$(awk -F, '$1 == "stream_read" { g = $4 } END { print g }' "${bandwidth_csv:-/dev/null}")
+  [ -n "$gbps" ] && ceiling_note="; streaming-read bandwidth $gbps GB/s from \`$bandwidth_csv\`"
+elif [ -f "$ceiling_csv" ]; then
   mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
   wgmma=$(awk -F, '$1 == "wgmma_m64n256k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
   [ -n "$mma" ] && ceiling_note="; mma.sync m16n8k16 ceiling (fp16) $mma TFLOP/s"
@@ -64,8 +75,13 @@ trap 'rm -f "$block" "$block.readme"' EXIT
   echo "Measured on **$gpu**, $dates, with \`$command\` in $rounds round$([ "$rounds" = 1 ] || echo s) (rows: \`$csv\`$ceiling_note)."
   echo "Each time is the median over the rounds of each round's median launch time; ratios are speed ratios to torch SDPA"
   echo "measured in the same rounds (above 1: faster than torch)."
-  awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(shapes_of bench | tr '\n' ';')" \
-      -v sweep="$(shapes_of sweep | tr '\n' ';')" -f reference/table.awk "$csv"
+  if [ $table = decode ]; then
+    awk -v mode=markdown -v bandwidth_csv="$bandwidth_csv" -v shapes="$(shapes_of decode | tr '\n' ';')" \
+        -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
+  else
+    awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(shapes_of bench | tr '\n' ';')" \
+        -v sweep="$(shapes_of sweep | tr '\n' ';')" -f reference/table.awk "$csv"
+  fi
 } >"$block"
 
 awk -v begin="$begin" -v end="$end" -v block="$block" '

@@ -3,11 +3,17 @@
 # (the ceilings: probes mma_sync_m16n8k16 and, on Hopper, wgmma_m64n256k16 of the ceiling CSV)
 # one table per shape. A contender measured in several rounds at a shape (make compare's
 # rows) gets the median of the rounds' medians; a check that failed in any round is shown.
+# A decode shape's table has other columns:
+#   step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change
+# GB/s counts the bytes of K and V (2 x batch x heads_kv x seqlen_k x head_dim x 2), each
+# read once, over the time; the bandwidth is the stream_read probe of the bandwidth CSV.
 #
 # awk -v mode=text|markdown -v ceiling_csv=FILE -v shapes="B HQ HKV NQ NK D C DTYPE;..." \
-#     [-v sweep="B HQ HKV NQ NK D C DTYPE;..."] -f reference/table.awk compare.csv
+#     [-v sweep="B HQ HKV NQ NK D C DTYPE;..."] [-v decode="...;..." -v bandwidth_csv=FILE] \
+#     -f reference/table.awk compare.csv
 #   shapes: which shapes, in this order (default: every shape of the CSV, in CSV order);
-#   sweep (markdown): one more table, TFLOP/s per step at each of these shapes' seqlen.
+#   sweep (markdown): one more table, TFLOP/s per step at each of these shapes' seqlen;
+#   decode: the shapes that get the decode table.
 # Ratios are speed ratios to torch SDPA in the same CSV (> 1: faster than torch).
 # The key change is the CSV's last column (the step's fa2_key_change(), quoted).
 # POSIX awk only (mawk, busybox): the table must print where Python is not installed.
@@ -21,6 +27,14 @@ BEGIN {
             if (c[1] == "mma_sync_m16n8k16") ceiling[c[4]] = c[5] + 0  # last row per dtype wins
             if (c[1] == "wgmma_m64n256k16") wgmma_ceiling[c[4]] = c[5] + 0
         }
+    if (bandwidth_csv != "")
+        while ((getline line < bandwidth_csv) > 0) {
+            split(line, c, ",")
+            if (c[1] == "stream_read" && c[4] ~ /^[0-9.]+$/) bandwidth = c[4] + 0  # GB/s; the last row wins
+        }
+    n_decode = split(decode, decode_specs, ";")
+    for (i = 1; i <= n_decode; i++)
+        if (split(decode_specs[i], f, " ") >= 8) is_decode[shape_key(f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8])] = 1
     torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default"
     n_torch = split(torch_order, torch_names, " ")
 }
@@ -69,6 +83,14 @@ function median_ms(key, step,    n, i, j, a, tmp) {
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 
+# GB/s of K and V (each element read once) from the median time.
+function gbps_of(key, step,    f, m) {
+    m = median_ms(key, step)
+    if (m == "") return ""
+    split(key, f, "|"); split(f[2], f, " ")
+    return 2 * f[1] * f[3] * f[5] * f[6] * 2 / (m * 1e-3) / 1e9
+}
+
 function tflops_of(key, step,    f, m) {
     m = median_ms(key, step)
     if (m == "") return ""
@@ -101,6 +123,7 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
+    if (key in is_decode) { print_decode_table(key, list, n); return }
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash")
     dflt = tflops_of(key, "torch_sdpa_default")
@@ -128,6 +151,35 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
         } else {
             printf "%-36s %10s %8s %13s %16s %14s %11s %7d  %s\n", label, fmt_ms(median_ms(key, s)),
                    fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct, n_rounds[key, s], kc
+        }
+    }
+}
+
+# The decode table: bytes, not flops, are the work.
+function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, label, kc) {
+    flash = gbps_of(key, "torch_sdpa_flash"); cudnn = gbps_of(key, "torch_sdpa_cudnn"); dflt = gbps_of(key, "torch_sdpa_default")
+    if (mode == "markdown") {
+        printf "\n**%s**\n\n", title(key)
+        print "| step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change |"
+        print "|---|---:|---:|---:|---:|---:|---:|---|"
+    } else {
+        printf "\n== %s\n", title(key)
+        printf "%-36s %10s %8s %15s %13s %9s %16s %7s  %s\n", "step", "time (ms)", "GB/s", "% of bandwidth", "vs torch-FA2",
+               "vs cuDNN", "vs default SDPA", "rounds", "key change"
+    }
+    for (i = 1; i <= n; i++) {
+        s = list[i]
+        gb = gbps_of(key, s)
+        pct = gb != "" && bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * gb / bandwidth) : "-"
+        label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
+        kc = key_text[s]
+        if (mode == "markdown") {
+            gsub(/\|/, "\\|", kc)
+            printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(median_ms(key, s)), fmt_tflops(gb), pct,
+                   fmt_ratio(gb, flash), fmt_ratio(gb, cudnn), fmt_ratio(gb, dflt), kc
+        } else {
+            printf "%-36s %10s %8s %15s %13s %9s %16s %7d  %s\n", label, fmt_ms(median_ms(key, s)), fmt_tflops(gb), pct,
+                   fmt_ratio(gb, flash), fmt_ratio(gb, cudnn), fmt_ratio(gb, dflt), n_rounds[key, s], kc
         }
     }
 }

@@ -59,16 +59,20 @@ constexpr float LN2 = 0.6931471805599453f;
 // choose_splits's).
 constexpr int WARPS = 4, THREADS = WARPS * 32;
 constexpr int BLOCK_M = MMA_M;  // packed rows per block
+// Chosen by sweep.sh on an H100 (run 51): 128 keys per tile, and as many K/V
+// stages as 128 KB hold (2 at d128, 4 at d64): one block per SM with 64 KB (d128)
+// or 96 KB (d64) of K and V in flight while it computes on the rest.
 #ifdef FA2_SWEEP_BLOCK_N
 constexpr int BLOCK_N = FA2_SWEEP_BLOCK_N;
 #else
-constexpr int BLOCK_N = 64;  // keys per tile (sweep.sh)
+constexpr int BLOCK_N = 128;  // keys per tile
 #endif
 constexpr int WARP_KEYS = BLOCK_N / WARPS;  // each warp's share of a key tile
 #ifdef FA2_SWEEP_STAGES
-constexpr int STAGES = FA2_SWEEP_STAGES;
+template <int D> constexpr int kv_stages() { return FA2_SWEEP_STAGES; }
 #else
-constexpr int STAGES = 2;  // shared-memory buffers for each of K and V (sweep.sh)
+constexpr int KV_STAGE_BUDGET = 128 * 1024;  // bytes of K and V buffers per block
+template <int D> constexpr int kv_stages() { return KV_STAGE_BUDGET / (2 * BLOCK_N * D * 2); }
 #endif
 static_assert(WARP_KEYS % MMA_K == 0, "a warp's keys feed P.V 16 at a time (the k of m16n8k16)");
 
@@ -255,6 +259,7 @@ __device__ __forceinline__ PackedRow unpack_row(int r, int group, int h_kv) { re
 // O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each.
 template <int D>
 struct SmemLayout {
+    static constexpr int STAGES = kv_stages<D>();  // buffers for each of K and V
     static constexpr int O_PITCH = D + 8;  // fp32 per row: the 8 rows of a fragment store start 8 banks apart
     static constexpr int Q_BYTES = BLOCK_M * D * 2, STAGE_BYTES = BLOCK_N * D * 2;
     static constexpr int KV_BYTES = 2 * STAGES * STAGE_BYTES;
@@ -272,8 +277,9 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
     static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
     static_assert(WARP_KEYS % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
-    static_assert(STAGES >= 2, "the copy of tile nb + STAGES - 1 needs its own buffer while tile nb is read");
     using L = SmemLayout<D>;
+    constexpr int STAGES = L::STAGES;
+    static_assert(STAGES >= 2, "the copy of tile nb + STAGES - 1 needs its own buffer while tile nb is read");
     extern __shared__ __align__(16) uint16_t smem[];
     // The tiles as shared-state-space byte addresses (_saddr), the form cp.async and ldmatrix take.
     constexpr uint32_t ROW_BYTES = D * 2;
@@ -532,37 +538,50 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
 // LSE_s, as the online softmax subtracts its running max. A split that saw no key
 // has LSE_s = -inf and weight 0; if none did, O = 0 and LSE = -inf. A NaN LSE_s
 // reaches the sum (fmaxf skips it, exp2 does not).
-constexpr int COMBINE_WARPS = 4;
+// The lanes load the splits' LSE side by side and leave the weights in shared
+// memory, so the loop over O_s has no load that waits for another: unrolled, it
+// keeps COMBINE_UNROLL loads in flight per lane. (A loop in which each split's
+// weight was loaded and its O_s read after it ran 19 us for 48 splits of 256 rows
+// on an H100: one L2 round trip per split, run 51.)
+constexpr int COMBINE_WARPS = 4, COMBINE_UNROLL = 8;
 template <typename T, int D>
-__global__ void __launch_bounds__(COMBINE_WARPS * 32) combine_kernel(fa2_params p, int splits, const float *o_part, const float *lse_part)
+__global__ void __launch_bounds__(COMBINE_WARPS * 32)
+    combine_kernel(fa2_params p, int splits, const float *__restrict__ o_part, const float *__restrict__ lse_part)
 {
     constexpr int COLS = D / 32;  // per lane
     static_assert(COLS == 2 || COLS == 4, "a lane's columns are one float2 or float4 of O_s");
+    __shared__ float weight_smem[COMBINE_WARPS][MAX_SPLITS];
     const int64_t n_rows = (int64_t)p.batch * p.heads_q * p.seqlen_q;
-    const int64_t row = (int64_t)blockIdx.x * COMBINE_WARPS + threadIdx.x / 32;  // in fa2.h's LSE order
-    const int lane = threadIdx.x % 32;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int64_t row = (int64_t)blockIdx.x * COMBINE_WARPS + warp;  // in fa2.h's LSE order
     if (row >= n_rows) return;
+    float *weight = weight_smem[warp];
 
     float lse_max = -INFINITY;
-    for (int s = lane; s < splits; s += 32) lse_max = fmaxf(lse_max, lse_part[s * n_rows + row]);
+    for (int s = lane; s < splits; s += 32) {
+        weight[s] = lse_part[s * n_rows + row];  // LSE_s for now
+        lse_max = fmaxf(lse_max, weight[s]);
+    }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) lse_max = fmaxf(lse_max, __shfl_xor_sync(0xffffffffu, lse_max, off));
     const float shift = finite_or_zero(lse_max);  // every split empty: exp2(-inf - 0) = 0, not NaN
     float sum = 0.0f;
-    for (int s = lane; s < splits; s += 32) sum += exp2_approx((lse_part[s * n_rows + row] - shift) * LOG2E);
+    for (int s = lane; s < splits; s += 32) sum += exp2_approx((weight[s] - shift) * LOG2E);
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
     const float lse = sum != 0.0f ? shift + log2f(sum) * LN2 : -INFINITY;
+    for (int s = lane; s < splits; s += 32) weight[s] = sum != 0.0f ? exp2_approx((weight[s] - lse) * LOG2E) : 0.0f;
+    __syncwarp();
 
     float acc[COLS] = {};
+#pragma unroll COMBINE_UNROLL
     for (int s = 0; s < splits; s++) {
-        const float weight = sum != 0.0f ? exp2_approx((lse_part[s * n_rows + row] - lse) * LOG2E) : 0.0f;
         const float *part = o_part + (s * n_rows + row) * D + lane * COLS;
         float vals[COLS];
         if constexpr (COLS == 4) *reinterpret_cast<float4 *>(vals) = *reinterpret_cast<const float4 *>(part);
         else *reinterpret_cast<float2 *>(vals) = *reinterpret_cast<const float2 *>(part);
 #pragma unroll
-        for (int c = 0; c < COLS; c++) acc[c] += weight * vals[c];
+        for (int c = 0; c < COLS; c++) acc[c] += weight[s] * vals[c];
     }
     const int b = (int)(row / ((int64_t)p.heads_q * p.seqlen_q)), h = (int)(row / p.seqlen_q % p.heads_q), i = (int)(row % p.seqlen_q);
     uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)i * p.o_row_stride + h * p.o_head_stride + lane * COLS;
