@@ -55,6 +55,8 @@ def case(step, name, device, batch, hq, hkv, nq, nk, d, causal, dtype, layout="b
                    for n, h in ((nq, hq), (nk, hkv), (nk, hkv)))
     scale = d ** -0.5 if scale is None else scale
     label = f"{name} B{batch} H{hq}/{hkv} Nq{nq} Nk{nk} d{d} {'causal' if causal else 'non-causal'} {dtype} {layout}"
+    if stream is not None:  # the inputs were made on the current stream: the side stream waits for them
+        stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream) if stream is not None else contextlib.nullcontext():
         o, lse = fa2.attention(q, k, v, causal=causal, scale=scale, step=step, return_lse=True)
     if device == "cuda":
