@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 53 (H100): `ROUNDS=3 ITERS=20 make compare SHAPES=decode` (every step, the cuBLAS
+# Runs 53 (H100) and 56 (H200): `ROUNDS=3 ITERS=20 make compare SHAPES=decode` (every step, the cuBLAS
 # baseline and torch SDPA's backends at the decode shapes, three rounds, order rotated,
 # and the streaming-read bandwidth probe), its printout and the three CSVs it writes kept
 # under $OUT (or build/runNN). Stopped at 540 s so that what ran comes back.
