@@ -20,7 +20,7 @@ import csvdata  # noqa: E402
 def parse_args():
     ap = csvdata.base_parser(__doc__, "plots/progression.png")
     ap.add_argument("--shape", help="batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal (default: the seed shape)")
-    a = csvdata.parse(ap)
+    a = ap.parse_args()
     if a.shape is None:
         a.shape = csvdata.seed_shape(a.dtype)
     else:
@@ -30,6 +30,9 @@ def parse_args():
             ap.error(f"--shape '{a.shape}' is not allowed "
                      "(allowed: seven integers batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal)")
         a.shape = (a.dtype, b, h, hkv, nq, nk, d, causal)
+    # with no CSV given, the newest committed one with rows at the shape (a decode run has none at the seed shape)
+    a.csv = a.csv or csvdata.newest_committed_csv(
+        lambda path: any(csvdata.shape_of(r) == a.shape for r in csvdata.read_rows(path)))
     return a
 
 
