@@ -5,11 +5,12 @@
  *
  * At decode seqlen_q is 1 (or a few tokens of speculative decoding) and seqlen_k
  * is long. Step 07's grid is (query tile, head, batch): B8 Hq32 Nq1 gives 256
- * blocks, each with one useful query row of its 128, each streaming a whole head's
- * K and V alone, and with GQA four of them stream the same K/V head. The work is
- * reading K and V once; what limits it is how many bytes are in flight, and a
- * grid of a few hundred single-row blocks has few. (docs/12_split_kv.md counts
- * blocks, waves and bytes per block.) This step changes the grid:
+ * blocks, each a 128-row tile with one useful row, so the tensor cores compute
+ * 127 rows of padding per row (at B8 Hq32 Nk8192 d128, 137 GFLOP for 1); each
+ * block streams a whole head's K and V alone, and with GQA four of them stream
+ * the same K/V head; at B1 there are 32 blocks for the GPU's SMs. The work is
+ * reading K and V once (docs/12_split_kv.md counts blocks, waves and bytes per
+ * block). This step changes the grid:
  *
  * 1. Pack a GQA group's query heads, and the few query rows, into the rows of one
  *    16-row m-tile: packed row r is query row r / group of query head
@@ -33,11 +34,15 @@
  *    on an SM, batch x kv heads x query tiles and the number of key tiles
  *    (choose_splits; the sweep behind it is sweep.sh).
  *
- * What stays from step 07: the swizzle, ldmatrix, the cp.async double buffer
- * (one barrier per key tile), the unmasked loop body for tiles that need no mask,
- * and the pairwise row reductions. What goes: step 07's two tile configurations
- * (one 16-row tile serves every shape; a long seqlen_q is computed, slower than
- * the prefill steps) and its lazy O rescale, which only paid with two m-tiles.
+ * 4. Tiles of 128 keys and K/V stages from a 128 KB budget (2 at d128, 4 at d64):
+ *    one block per SM keeps 64 or 96 KB of K and V in flight (sweep.sh, run 51).
+ *
+ * What stays from step 07: the swizzle, ldmatrix, the cp.async pipeline (one
+ * barrier per key tile; at 2 stages it is step 07's double buffer), the unmasked
+ * loop body for tiles that need no mask, and the pairwise row reductions. What
+ * goes: step 07's two tile configurations (one 16-row tile serves every shape; a
+ * long seqlen_q is computed, slower than the prefill steps) and its lazy O
+ * rescale, which only paid with two m-tiles.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -78,7 +83,8 @@ static_assert(WARP_KEYS % MMA_K == 0, "a warp's keys feed P.V 16 at a time (the 
 
 // Splits: at most MAX_SPLITS, and at most MAX_SPLIT_BLOCKS blocks in all, so the
 // workspace has a bound that depends on the params alone (fa2_workspace_size):
-// 4096 blocks are over 7 waves of 4 blocks per SM on 144 SMs.
+// 4096 blocks are 31 waves of one block per SM on 132 SMs, far past where more
+// splits stop paying (sweep.sh).
 constexpr int MAX_SPLITS = 128, MAX_SPLIT_BLOCKS = 4096;
 
 // ---- PTX wrappers ----------------------------------------------------------
@@ -706,8 +712,8 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
         snprintf(what, what_len, "no GPU answers (%s): the split count depends on its SM count", cudaGetErrorString(err));
         return -1;
     }
-    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile: %d split%s of %d key tiles, %lld blocks, %d per SM on %d SMs",
-             BLOCK_M, WARPS, BLOCK_N, plan.splits, plan.splits > 1 ? "s + combine" : "", key_tiles_of(p),
+    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile: %d split%s of %d key tile%s, %lld blocks, %d per SM on %d SMs",
+             BLOCK_M, WARPS, BLOCK_N, plan.splits, plan.splits > 1 ? "s + combine" : "", key_tiles_of(p), key_tiles_of(p) > 1 ? "s" : "",
              plan.base_blocks * plan.splits, plan.blocks_per_sm, plan.sm_count);
     return plan.splits > 1 ? SPLIT_AND_COMBINE : ONE_SPLIT;
 }
