@@ -119,6 +119,16 @@ function title(key,    parts, f, dtype, seqlen) {
            (f[7] == 1 ? "causal" : "non-causal")
 }
 
+# A shape's title and its table's header: the markdown header (its rule has one right-aligned
+# column per number between the first and the last) or the text one.
+function print_header(key, md_head, text_head,    n, cells, rule, i) {
+    if (mode != "markdown") { printf "\n== %s\n%s\n", title(key), text_head; return }
+    n = split(md_head, cells, "|") - 2  # the cells between the outer bars
+    rule = "|---|"
+    for (i = 2; i < n; i++) rule = rule "---:|"
+    printf "\n**%s**\n\n%s\n%s|\n", title(key), md_head, rule "---"
+}
+
 function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, label, parts, kc, rounds) {
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
@@ -127,15 +137,9 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash")
     dflt = tflops_of(key, "torch_sdpa_default")
-    if (mode == "markdown") {
-        printf "\n**%s**\n\n", title(key)
-        print "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |"
-        print "|---|---:|---:|---:|---:|---:|---:|---|"
-    } else {
-        printf "\n== %s\n", title(key)
-        printf "%-36s %10s %8s %13s %16s %14s %11s %7s  %s\n", "step", "time (ms)", "TFLOP/s", "vs torch-FA2",
-               "vs default SDPA", "% of mma.sync", "% of wgmma", "rounds", "key change"
-    }
+    print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
+                 sprintf("%-36s %10s %8s %13s %16s %14s %11s %7s  %s", "step", "time (ms)", "TFLOP/s", "vs torch-FA2",
+                         "vs default SDPA", "% of mma.sync", "% of wgmma", "rounds", "key change"))
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
@@ -158,15 +162,9 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
 # The decode table: bytes, not flops, are the work.
 function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, label, kc) {
     flash = gbps_of(key, "torch_sdpa_flash"); cudnn = gbps_of(key, "torch_sdpa_cudnn"); dflt = gbps_of(key, "torch_sdpa_default")
-    if (mode == "markdown") {
-        printf "\n**%s**\n\n", title(key)
-        print "| step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change |"
-        print "|---|---:|---:|---:|---:|---:|---:|---|"
-    } else {
-        printf "\n== %s\n", title(key)
-        printf "%-36s %10s %8s %15s %13s %9s %16s %7s  %s\n", "step", "time (ms)", "GB/s", "% of bandwidth", "vs torch-FA2",
-               "vs cuDNN", "vs default SDPA", "rounds", "key change"
-    }
+    print_header(key, "| step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change |",
+                 sprintf("%-36s %10s %8s %15s %13s %9s %16s %7s  %s", "step", "time (ms)", "GB/s", "% of bandwidth",
+                         "vs torch-FA2", "vs cuDNN", "vs default SDPA", "rounds", "key change"))
     for (i = 1; i <= n; i++) {
         s = list[i]
         gb = gbps_of(key, s)
