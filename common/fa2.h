@@ -94,7 +94,8 @@ int fa2_forward(const fa2_params *p, void *stream);
 int fa2_supports(const fa2_params *p, char *why, size_t why_len);
 
 /* Bytes of workspace fa2_forward needs for these params (0 for every step that
- * computes in one pass). Depends on the params only, not on the GPU. */
+ * computes in one pass, and for params the ABI refuses). Depends on the params
+ * only, not on the GPU; call it with q, k, v and o set, as fa2_supports. */
 size_t fa2_workspace_size(const fa2_params *p);
 
 /* The tile configuration fa2_forward would launch for these params on the

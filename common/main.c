@@ -32,22 +32,22 @@ static void write_csv(FILE *f, const fa2_params *p, const char *device, fa2_stat
     fputs("\"\n", f);
 }
 
-/* Distinct, aligned stand-ins for q, k, v, o, lse and the workspace, laid out one
- * after the other as the buffers will be, so the step can answer before anything
- * is allocated (it reads no memory through them). */
+/* Distinct, aligned stand-ins for q, k, v, o, lse and then the workspace, laid out
+ * one after the other as the buffers will be, so the step can answer before
+ * anything is allocated (it reads no memory through them). */
 static void stand_in_pointers(fa2_params *p)
 {
     uintptr_t at = 4096;
-    p->workspace_bytes = fa2_workspace_size(p);
-    const size_t bytes[6] = {fa2_numel_q(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_q(p) * 2,
-                             fa2_numel_lse(p) * sizeof(float), p->workspace_bytes};
-    void *ptrs[6];
-    for (int i = 0; i < 6; i++) {
+    const size_t bytes[5] = {fa2_numel_q(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_q(p) * 2,
+                             fa2_numel_lse(p) * sizeof(float)};
+    void *ptrs[5];
+    for (int i = 0; i < 5; i++) {
         ptrs[i] = (void *)at;
         at += (bytes[i] + 4095) / 4096 * 4096;
     }
     p->q = ptrs[0], p->k = ptrs[1], p->v = ptrs[2], p->o = ptrs[3], p->lse = ptrs[4];
-    p->workspace = p->workspace_bytes ? ptrs[5] : NULL;
+    p->workspace_bytes = fa2_workspace_size(p); /* asked with the tensors set, as the ABI says */
+    p->workspace = p->workspace_bytes ? (void *)at : NULL;
 }
 
 /* The host memory the run needs (Q, K, V; the host copies of O and LSE; on the
@@ -104,7 +104,7 @@ int main(int argc, char **argv)
     float *lse_host = fa2_xmalloc(fa2_numel_lse(&p) * sizeof(float), "the host copy of LSE");
 
     fa2_params run;
-    fa2_buffers_make(&run, &pr, on_gpu, fa2_workspace_size(&p));
+    fa2_buffers_make(&run, &pr, on_gpu, probe.workspace_bytes);
     int rc = fa2_forward(&run, NULL);
     if (rc) {
         fprintf(stderr, "error: step %s: fa2_forward failed: %s\n", fa2_name(), fa2_last_error());

@@ -73,6 +73,7 @@ static void seqlen_over_limit(fa2_params *p) { p->seqlen_k = FA2_MAX_SEQLEN + 1;
 static void offset_overflow(fa2_params *p) { p->q_batch_stride = INT64_C(1) << 61; }
 static void offset_wraps(fa2_params *p) { p->k_row_stride = INT64_MAX / 64; } /* x (NK - 1) overflows */
 static void heads_not_multiple(fa2_params *p) { p->heads_kv = 3; }
+static void heads_kv_above_q(fa2_params *p) { p->heads_kv = 2 * HQ; } /* heads_q / heads_kv = 0 */
 static void batch_zero(fa2_params *p) { p->batch = 0; }
 static void dtype_bad(fa2_params *p) { p->dtype = (fa2_dtype)7; }
 static void causal_bad(fa2_params *p) { p->causal = 2; }
@@ -103,6 +104,7 @@ static const breakage breaks[] = {
     {"q offsets past 2^61 elements", "q:", MUST_REFUSE, offset_overflow},
     {"k offsets that wrap int64", "k:", MUST_REFUSE, offset_wraps},
     {"heads_kv 3 for heads_q 4", "heads_q", MUST_REFUSE, heads_not_multiple},
+    {"heads_kv 8 for heads_q 4", "heads_q", MUST_REFUSE, heads_kv_above_q},
     {"batch 0", "batch", MUST_REFUSE, batch_zero},
     {"dtype 7", "dtype", MUST_REFUSE, dtype_bad},
     {"causal 2", "causal", MUST_REFUSE, causal_bad},
@@ -129,12 +131,14 @@ static void check_refusal(const step_abi *s, const breakage *br)
     memcpy(arena_copy, arena, ARENA_BYTES);
     const int config = s->config(&p, what, sizeof what);
     const int rc = s->forward(&p, NULL);
+    /* params the ABI refuses need no workspace (a broken workspace is not such a param) */
+    const size_t ws = br->expect == REFUSE_IF_WORKSPACE ? 0 : s->workspace_size(&p);
     const int untouched = memcmp(arena, arena_copy, ARENA_BYTES) == 0;
     const int one_line = why[0] && !strchr(why, '\n') && strstr(why, br->field);
-    snprintf(detail, sizeof detail, "supports %d why '%s' (must name '%s'), config %d, forward %d, memory %s", supported,
-             why, br->field, config, rc, untouched ? "untouched" : "CHANGED");
-    report(!supported && one_line && config < 0 && rc == FA2_ERR_UNSUPPORTED && untouched, detail,
-           "%s refuses %s: %s", s->name(), br->what, why);
+    snprintf(detail, sizeof detail, "supports %d why '%s' (must name '%s'), config %d, forward %d, workspace %zu, memory %s",
+             supported, why, br->field, config, rc, ws, untouched ? "untouched" : "CHANGED");
+    report(!supported && one_line && config < 0 && rc == FA2_ERR_UNSUPPORTED && untouched && (ws == 0 || br->expect == MAY_REFUSE),
+           detail, "%s refuses %s: %s", s->name(), br->what, why);
 }
 
 int main(int argc, char **argv)

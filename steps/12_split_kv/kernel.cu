@@ -612,7 +612,9 @@ static int max_splits(const fa2_params *p)
 
 extern "C" size_t fa2_workspace_size(const fa2_params *p)
 {
-    if (p->batch < 1 || p->heads_kv < 1 || p->heads_q < 1 || p->seqlen_q < 1 || p->seqlen_k < 1 || p->head_dim < 1) return 0;
+    // Params the ABI refuses need none (fa2_supports says why); the checks also keep the
+    // products below inside int64 and the group (heads_q / heads_kv) at least 1.
+    if (!fa2_validate_params(p, NULL, 0)) return 0;
     const int splits = max_splits(p);
     return splits > 1 ? (size_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * sizeof(float) : 0;
 }
@@ -665,7 +667,9 @@ static int launch(const fa2_params *p, cudaStream_t stream)
     const cudaError_t err = choose_splits<T, D>(p, &plan);
     if (err != cudaSuccess) return fa2_fail("choose_splits", cudaGetErrorString(err));
     const long long n_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
-    float *o_part = (float *)p->workspace, *lse_part = o_part + (size_t)plan.splits * n_rows * D;
+    // One split writes O directly and touches no workspace.
+    float *o_part = plan.splits > 1 ? (float *)p->workspace : nullptr;
+    float *lse_part = plan.splits > 1 ? o_part + (size_t)plan.splits * n_rows * D : nullptr;
     dim3 grid((unsigned)(m_blocks_of(p) * plan.splits), p->heads_kv, p->batch);
     fa2_split_kernel<T, D><<<grid, THREADS, SmemLayout<D>::BYTES, stream>>>(*p, plan.splits, o_part, lse_part);
     FA2_CUDA_TRY(cudaGetLastError());
