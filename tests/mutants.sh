@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
-# Proves the GPU matrix fails on bugs it exists to catch. Each mutant is step 07
-# with one planted bug (named in its fa2_name), built by `make variant`; all run
-# through build/tests/gpu_matrix together, and each must draw at least one FAIL
-# line. With --against COMMIT, the matrix of that commit runs on the same mutants
-# too, to show which of them it let through.
+# Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
+# tuned kernel, or 12, the split-KV decode kernel) with one planted bug (named in its
+# fa2_name), built by `make variant`; all run through build/tests/gpu_matrix together,
+# and each must draw at least one FAIL line. With --against COMMIT, the matrix of that
+# commit runs on the same mutants too, to show which of them it let through.
 # usage: bash tests/mutants.sh [--against COMMIT]     (on a GPU machine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
-step=07
-src=$(ls steps/${step}_*/kernel.cu)
-name=$(basename "$(dirname "$src")")
-# mutant | text in the kernel | its replacement
+# step | mutant | text in the step's kernel | its replacement
 mutants=(
-  "no_lazy_rescale|__any_sync(0xffffffffu, grown)|nb == 0"
-  "nan_lse_as_no_key|l_run[mt][r] != 0.0f ? (m_run|l_run[mt][r] > 0.0f ? (m_run"
-  "o_rows_past_seqlen|if (m0 + row < p.seqlen_q)|if (true)"
-  "default_stream|<<<grid, C::THREADS, smem_bytes, stream>>>|<<<grid, C::THREADS, smem_bytes, 0>>>"
-  "small_grid_never|*config = *blocks <= *sm_count ? SMALL_GRID : LARGE_GRID;|*config = LARGE_GRID;"
+  "07|no_lazy_rescale|__any_sync(0xffffffffu, grown)|nb == 0"
+  "07|nan_lse_as_no_key|l_run[mt][r] != 0.0f ? (m_run|l_run[mt][r] > 0.0f ? (m_run"
+  "07|o_rows_past_seqlen|if (m0 + row < p.seqlen_q)|if (true)"
+  "07|default_stream|<<<grid, C::THREADS, smem_bytes, stream>>>|<<<grid, C::THREADS, smem_bytes, 0>>>"
+  "07|small_grid_never|*config = *blocks <= *sm_count ? SMALL_GRID : LARGE_GRID;|*config = LARGE_GRID;"
+  "12|combine_unnormalised|exp2_approx((weight[s] - lse) * LOG2E)|exp2_approx((weight[s] - shift) * LOG2E)"
+  "12|warps_unweighted|weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));|weight[w] = m_merge[w][row] == -INFINITY ? 0.0f : 1.0f;"
+  "12|splits_overlap|tile_hi = min(n_tiles, tile_lo + tiles_per_split)|tile_hi = min(n_tiles, tile_lo + tiles_per_split + 1)"
+  "12|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
 )
 make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
 libs=()
 mkdir -p build/mutants  # as deep as the step's own file: its #include "../../common/..." still resolve
 for m in "${mutants[@]}"; do
-  IFS='|' read -r mutant from to <<<"$m"
+  IFS='|' read -r step mutant from to <<<"$m"
+  src=$(ls steps/${step}_*/kernel.cu)
+  name=$(basename "$(dirname "$src")")
   python3 tools/variant_src.py "$src" "build/mutants/$mutant.cu" "$from" "$to" "\"$name\"" "\"${step}_mutant_$mutant\"" ||
     { echo "FAIL mutant $mutant: its text is not in $src once"; exit 1; }
   make -s variant step=$step NAME="mutant-$mutant" SRC="build/mutants/$mutant.cu" || echo "FAIL build mutant $mutant" &
@@ -37,7 +40,7 @@ if [ "${1:-}" = --against ]; then
   "$old/build/tests/gpu_matrix" "${libs[@]}" >"build/variants/mutants-matrix-$2.log" 2>&1
 fi
 for m in "${mutants[@]}"; do
-  mutant=${m%%|*}
+  IFS='|' read -r step mutant _ <<<"$m"
   fails=$(grep -c "^FAIL ${step}_mutant_$mutant" build/variants/mutants-matrix.log)
   [ "$fails" -gt 0 ] && echo "PASS the matrix catches mutant $mutant ($fails failing cases)" ||
     echo "FAIL the matrix lets mutant $mutant through"
