@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
 # tuned kernel, or 12, the split-KV decode kernel) with one planted bug (named in its
-# fa2_name), built by `make variant`; all run through build/tests/gpu_matrix together,
-# and each must draw at least one FAIL line. With --against COMMIT, the matrix of that
-# commit runs on the same mutants too, to show which of them it let through.
+# fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
+# process of its own (a mutant that writes far out of bounds ends its process with an
+# illegal address: it must not end the others' runs too), three at a time, and each must
+# draw at least one FAIL line. With --against COMMIT, the matrix of that commit runs on
+# the same mutants too, to show which of them it let through.
 # usage: bash tests/mutants.sh [--against COMMIT]     (on a GPU machine)
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,12 +34,23 @@ for m in "${mutants[@]}"; do
   libs+=("build/variants/mutant-$mutant/libfa2.so")
 done
 wait
-build/tests/gpu_matrix "${libs[@]}" >build/variants/mutants-matrix.log 2>&1
+# run_matrix MATRIX LOG: MATRIX on every mutant's library, one process each, three at a
+# time; the logs go one after the other into LOG.
+run_matrix() {
+  local i
+  for ((i = 0; i < ${#libs[@]}; i++)); do
+    "$1" "${libs[$i]}" >"$2.$i" 2>&1 &
+    (( i % 3 == 2 )) && wait
+  done
+  wait
+  for ((i = 0; i < ${#libs[@]}; i++)); do cat "$2.$i"; rm -f "$2.$i"; done >"$2"
+}
+run_matrix build/tests/gpu_matrix build/variants/mutants-matrix.log
 if [ "${1:-}" = --against ]; then
   old=build/variants/matrix-$2; rm -rf "$old"; mkdir -p "$old"
   git archive "$2" | tar -x -C "$old"  # that commit's tree, built by its own Makefile
   make -s -C "$old" build/tests/gpu_matrix >"$old.log" 2>&1 || echo "FAIL build the matrix of $2 (see $old.log)"
-  "$old/build/tests/gpu_matrix" "${libs[@]}" >"build/variants/mutants-matrix-$2.log" 2>&1
+  run_matrix "$old/build/tests/gpu_matrix" "build/variants/mutants-matrix-$2.log"
 fi
 for m in "${mutants[@]}"; do
   IFS='|' read -r step mutant _ <<<"$m"
