@@ -119,6 +119,16 @@ function title(key,    parts, f, dtype, seqlen) {
            (f[7] == 1 ? "causal" : "non-causal")
 }
 
+# A row's label: the contender, and its status unless it passed.
+function label_of(key, s) { return s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]") }
+
+# The key change column (a markdown cell escapes its bars).
+function key_change_of(s,    kc) {
+    kc = key_text[s]
+    if (mode == "markdown") gsub(/\|/, "\\|", kc)
+    return kc
+}
+
 # A shape's title and its table's header: the markdown header (its rule has one right-aligned
 # column per number between the first and the last) or the text one.
 function print_header(key, md_head, text_head,    n, cells, rule, i) {
@@ -146,10 +156,8 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
         # The ceiling is a GPU's: a CPU row (step 00) gets none.
         pct = tf != "" && (dtype in ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
         wpct = tf != "" && (dtype in wgmma_ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / wgmma_ceiling[dtype]) : "-"
-        label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
-        kc = key_text[s]
+        label = label_of(key, s); kc = key_change_of(s)
         if (mode == "markdown") {
-            gsub(/\|/, "\\|", kc)
             printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(median_ms(key, s)),
                    fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct, kc
         } else {
@@ -169,10 +177,8 @@ function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, 
         s = list[i]
         gb = gbps_of(key, s)
         pct = gb != "" && bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * gb / bandwidth) : "-"
-        label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
-        kc = key_text[s]
+        label = label_of(key, s); kc = key_change_of(s)
         if (mode == "markdown") {
-            gsub(/\|/, "\\|", kc)
             printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(median_ms(key, s)), fmt_tflops(gb), pct,
                    fmt_ratio(gb, flash), fmt_ratio(gb, cudnn), fmt_ratio(gb, dflt), kc
         } else {
