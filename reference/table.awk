@@ -119,14 +119,25 @@ function title(key,    parts, f, dtype, seqlen) {
            (f[7] == 1 ? "causal" : "non-causal")
 }
 
-# A row's label: the contender, and its status unless it passed.
-function label_of(key, s) { return s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]") }
+# The text table's format: the label and the time, then five numbers, padded to `widths`
+# (printf widths, one per column), the rounds (conv "d"; "s" for the header) and the key change.
+function text_format(widths, conv,    w, n, i, f) {
+    n = split(widths, w, " ")
+    for (i = 1; i <= n; i++) f = f (i > 1 ? " " : "") "%" w[i] "s"
+    return f " %7" conv "  %s"
+}
 
-# The key change column (a markdown cell escapes its bars).
-function key_change_of(s,    kc) {
+# One contender's row: its label (with its status unless it passed), its median time, the
+# table's five numbers c1..c5, (text: the rounds,) and its key change (markdown escapes bars).
+function print_row(key, s, widths, c1, c2, c3, c4, c5,    label, kc) {
+    label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
     kc = key_text[s]
-    if (mode == "markdown") gsub(/\|/, "\\|", kc)
-    return kc
+    if (mode == "markdown") {
+        gsub(/\|/, "\\|", kc)
+        printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(median_ms(key, s)), c1, c2, c3, c4, c5, kc
+    } else {
+        printf text_format(widths, "d") "\n", label, fmt_ms(median_ms(key, s)), c1, c2, c3, c4, c5, n_rounds[key, s], kc
+    }
 }
 
 # A shape's title and its table's header: the markdown header (its rule has one right-aligned
@@ -139,7 +150,7 @@ function print_header(key, md_head, text_head,    n, cells, rule, i) {
     printf "\n**%s**\n\n%s\n%s|\n", title(key), md_head, rule "---"
 }
 
-function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, label, parts, kc, rounds) {
+function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, parts, widths) {
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
@@ -147,44 +158,32 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash")
     dflt = tflops_of(key, "torch_sdpa_default")
+    widths = "-36 10 8 13 16 14 11"
     print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
-                 sprintf("%-36s %10s %8s %13s %16s %14s %11s %7s  %s", "step", "time (ms)", "TFLOP/s", "vs torch-FA2",
-                         "vs default SDPA", "% of mma.sync", "% of wgmma", "rounds", "key change"))
+                 sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
+                         "% of mma.sync", "% of wgmma", "rounds", "key change"))
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
         # The ceiling is a GPU's: a CPU row (step 00) gets none.
         pct = tf != "" && (dtype in ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
         wpct = tf != "" && (dtype in wgmma_ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / wgmma_ceiling[dtype]) : "-"
-        label = label_of(key, s); kc = key_change_of(s)
-        if (mode == "markdown") {
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(median_ms(key, s)),
-                   fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct, kc
-        } else {
-            printf "%-36s %10s %8s %13s %16s %14s %11s %7d  %s\n", label, fmt_ms(median_ms(key, s)),
-                   fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct, n_rounds[key, s], kc
-        }
+        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct)
     }
 }
 
 # The decode table: bytes, not flops, are the work.
-function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, label, kc) {
+function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, widths) {
     flash = gbps_of(key, "torch_sdpa_flash"); cudnn = gbps_of(key, "torch_sdpa_cudnn"); dflt = gbps_of(key, "torch_sdpa_default")
+    widths = "-36 10 8 15 13 9 16"
     print_header(key, "| step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change |",
-                 sprintf("%-36s %10s %8s %15s %13s %9s %16s %7s  %s", "step", "time (ms)", "GB/s", "% of bandwidth",
-                         "vs torch-FA2", "vs cuDNN", "vs default SDPA", "rounds", "key change"))
+                 sprintf(text_format(widths, "s"), "step", "time (ms)", "GB/s", "% of bandwidth", "vs torch-FA2",
+                         "vs cuDNN", "vs default SDPA", "rounds", "key change"))
     for (i = 1; i <= n; i++) {
         s = list[i]
         gb = gbps_of(key, s)
         pct = gb != "" && bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * gb / bandwidth) : "-"
-        label = label_of(key, s); kc = key_change_of(s)
-        if (mode == "markdown") {
-            printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(median_ms(key, s)), fmt_tflops(gb), pct,
-                   fmt_ratio(gb, flash), fmt_ratio(gb, cudnn), fmt_ratio(gb, dflt), kc
-        } else {
-            printf "%-36s %10s %8s %15s %13s %9s %16s %7d  %s\n", label, fmt_ms(median_ms(key, s)), fmt_tflops(gb), pct,
-                   fmt_ratio(gb, flash), fmt_ratio(gb, cudnn), fmt_ratio(gb, dflt), n_rounds[key, s], kc
-        }
+        print_row(key, s, widths, fmt_tflops(gb), pct, fmt_ratio(gb, flash), fmt_ratio(gb, cudnn), fmt_ratio(gb, dflt))
     }
 }
 
