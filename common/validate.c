@@ -155,7 +155,7 @@ int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t w
         REFUSE("workspace %p of %zu bytes (allowed: at least %zu bytes, fa2_workspace_size)", p->workspace,
                p->workspace_bytes, need);
     if ((uintptr_t)p->workspace % 16) REFUSE("workspace at address %p (allowed: 16-byte aligned)", p->workspace);
-    const range ws = {(uintptr_t)p->workspace, (uintptr_t)p->workspace + p->workspace_bytes - 1};
+    const range ws = bytes_of(p->workspace, (int64_t)p->workspace_bytes - 1, 1);
     const void *bases[4];
     dim d[4][4];
     tensors_of(p, bases, d);

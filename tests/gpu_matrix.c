@@ -214,11 +214,10 @@ static long writes_outside(uint16_t *o_alloc, size_t elems, const fa2_params *p,
     return n;
 }
 
-/* Bytes of the guards around a workspace (ws_bytes between WS_GUARD poisoned bytes on
- * each side, at ws_alloc) that are no longer poison. */
+/* Bytes of the guards around a step's workspace (its ws_bytes after WS_GUARD poisoned
+ * bytes at ws_alloc, and WS_GUARD more after them) that are no longer poison. */
 static long workspace_guards_written(const unsigned char *ws_alloc, size_t ws_bytes)
 {
-    if (!ws_alloc) return 0;
     unsigned char guards[2][WS_GUARD];
     fa2_device_sync();
     fa2_device_download(guards[0], ws_alloc, WS_GUARD);
@@ -327,23 +326,27 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     void *stream = c->on_stream ? fa2_stream_create() : NULL;
     fa2_params host_view = p; /* O's layout, from element (0, 0, 0, 0) of the host copy */
     set_strides(&lo, &host_view.o_batch_stride, &host_view.o_row_stride, &host_view.o_head_stride);
+    /* One workspace for the case, as large as the neediest step asks (fa2_workspace_size
+     * reads the params, which are the same for every step), between WS_GUARD bytes of poison. */
+    size_t ws_max = 0;
+    for (int s = 0; s < nsteps; s++) {
+        const size_t need = steps[s].abi.workspace_size(&run);
+        ws_max = need > ws_max ? need : ws_max;
+    }
+    unsigned char *ws_dev = ws_max ? fa2_device_alloc(ws_max + 2 * WS_GUARD) : NULL;
 
     for (int s = 0; s < nsteps; s++) {
         step_lib *st = &steps[s];
+        const size_t ws_bytes = st->abi.workspace_size(&run);
+        run.workspace = ws_bytes ? ws_dev + WS_GUARD : NULL;
+        run.workspace_bytes = ws_bytes;
         fa2_device_poison(o_dev, o_elems * 2);
         if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
-        fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
-        /* The workspace the step asks for, poisoned, between guards of poison that must stay. */
-        const size_t ws_bytes = st->abi.workspace_size(&run);
-        unsigned char *ws_dev = ws_bytes ? fa2_device_alloc(ws_bytes + 2 * WS_GUARD) : NULL;
-        if (ws_dev) fa2_device_poison(ws_dev, ws_bytes + 2 * WS_GUARD);
-        run.workspace = ws_dev ? ws_dev + WS_GUARD : NULL;
-        run.workspace_bytes = ws_bytes;
+        if (ws_dev) fa2_device_poison(ws_dev, ws_max + 2 * WS_GUARD);
         fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
         if (!st->abi.supports(&run, why, sizeof why)) {
             const int one_line = why[0] && !strchr(why, '\n');
             report(c->may_refuse && one_line, why, "%s %s: refused: %s", st->abi.name(), name, why);
-            if (ws_dev) fa2_device_free(ws_dev);
             continue;
         }
         const int config_index = st->abi.config(&run, config, sizeof config);
@@ -351,7 +354,6 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         if (rc) {
             snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
             report(0, why, "%s %s {%s}", st->abi.name(), name, config);
-            if (ws_dev) fa2_device_free(ws_dev);
             continue;
         }
         if (stream) {
@@ -366,8 +368,8 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         fa2_check_result r = fa2_check(&host_view, &rs, o_host + base, lse_view, &ref);
         const long unwritten = fa2_count_unwritten(&host_view, o_host + base, lse_view);
         const long outside = writes_outside(o_host, o_elems, &host_view, base) +
-                             (lse_host ? lse_writes_outside(lse_host, n_lse) : 0) + workspace_guards_written(ws_dev, ws_bytes);
-        if (ws_dev) fa2_device_free(ws_dev);
+                             (lse_host ? lse_writes_outside(lse_host, n_lse) : 0) +
+                             (ws_bytes ? workspace_guards_written(ws_dev, ws_bytes) : 0);
         snprintf(why, sizeof why,
                  "rel_l2 %.2e max_abs %.2e (x%.2f of tol) lse %.2e (x%.2f) nonfinite %ld NaN/-inf missed %ld "
                  "unwritten %ld written outside O/LSE/workspace %ld",
@@ -383,6 +385,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     free(o_host);
     free(lse_host);
     fa2_device_free(o_dev);
+    if (ws_dev) fa2_device_free(ws_dev);
     if (lse_dev) fa2_device_free(lse_dev);
     for (int i = 0; i < n_inputs; i++) fa2_device_free(inputs[i].dev);
     fa2_reference_free(&ref);
