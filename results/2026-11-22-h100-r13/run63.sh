@@ -25,6 +25,6 @@ for v in "${correct[@]}" steps; do
 done
 echo "matrices at $(( $(date +%s) - t0 )) s"
 contenders=(s11=build/step11/fa2)
-for v in skip poly4 poly2 kvbound odirect n176 s2; do [ -x build/variants/$v/fa2 ] && contenders+=("$v=build/variants/$v/fa2"); done
+for v in skip poly4 poly2 kvbound odirect n176 s2 two; do [ -x build/variants/$v/fa2 ] && contenders+=("$v=build/variants/$v/fa2"); done
 bash tools/ab.sh "$out/run$run-ab.csv" 3 bench "${contenders[@]}" 2>&1 | grep -v '^FAIL kvbound'
 echo "done at $(( $(date +%s) - t0 )) s"

@@ -15,7 +15,11 @@
 #            (cluster multicast included) can beat a kernel that loads nothing.
 #   odirect  (odirect.patch) O written from the registers to global memory: no O buffer
 #   n176     (n176.patch) odirect plus 176-key tiles at d128 (FlashAttention-3's 128 x 176)
-#   s2       (s2.patch) a second S accumulator: S_{n+1} issued before the softmax of S_n
+#   s2       (s2.patch) a second S accumulator: S_{n+1} issued before the softmax of S_n;
+#            it fits the registers of two consumers only (two S + O + P: 192 at d64, 224
+#            at d128, where ptxas serialises the wgmma), so it has two consumers at d64
+#            without a mask too, and at d128 step 11's one-S schedule
+#   two      the control for s2: step 11 with two consumers at d64 without a mask
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 here=results/2026-11-22-h100-r13
@@ -86,6 +90,10 @@ python3 tools/variant_src.py $src build/ab/kvbound.cu \
         }
         mbarrier_arrive_expect_tx(full, L::KV_STAGE_BYTES);
 ' && build kvbound build/ab/kvbound.cu
+
+python3 tools/variant_src.py $src build/ab/two.cu \
+  'using ManyItemsConfig = Config<D, D == 64 ? 3 : 2>;' 'using ManyItemsConfig = Config<D, 2>;' \
+  'ManyItemsConfig<64>::CONSUMERS == 3 &&' 'ManyItemsConfig<64>::CONSUMERS == 2 &&' && build two build/ab/two.cu
 
 for v in odirect n176 s2; do
   if [ -f $here/$v.patch ]; then
