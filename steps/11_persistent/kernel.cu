@@ -18,6 +18,8 @@
  * one that sees the fewest), so the blocks finish together; a head's units next
  * to each other, so its K and V stay in L2 while its q tiles run. With these
  * units, two consumers beat three at d64 under a causal mask (ManyItemsConfig).
+ * A consumer whose rows all lie past seqlen_q (in a head's last, partial q tile) takes
+ * its turns without computing.
  * Everything else is step 10's (docs/11_persistent.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
@@ -462,7 +464,13 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     using L = SmemLayout<D, C>;
     using NB = NamedBarrier<C>;
     constexpr int BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, CONSUMERS = C::CONSUMERS;
-    const int c = threadIdx.x / WARPGROUP - 1;  // this consumer, 0 .. CONSUMERS - 1
+    // This consumer, 0 .. CONSUMERS - 1. The same in every lane of a warp (a warpgroup is
+    // four whole warps), but the compiler cannot prove it from threadIdx.x; a value taken
+    // from lane 0 by a shuffle it can. Everything computed from c, the Q and O addresses and
+    // the wgmma descriptors, then stays on the uniform datapath (computed once per warp, in
+    // uniform registers, where wgmma reads its descriptors) also under the branch on c below:
+    // without the shuffle that branch cost 5-12% at every shape (docs/11_persistent.md).
+    const int c = __shfl_sync(0xffffffffu, (int)threadIdx.x / WARPGROUP - 1, 0);
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // accumulator coordinates: row group, thread in group
     const int row0 = w.m0 + c * WG_M + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
@@ -589,6 +597,29 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     };
 
     mbarrier_wait(bars.q_full(), (uint32_t)(ordinal & 1));
+    // None of this consumer's 64 rows exists (the last q tile of a head, when seqlen_q is not
+    // a multiple of BLOCK_M: at N1024 with 192-row tiles, two of the three consumers of a
+    // head's sixth tile). It takes its turns and releases its stages as the loop below would,
+    // and leaves the tensor cores to the others. Each release waits for its tile to land
+    // first: an arrival must count towards the phase of this tile, not of one before it.
+    if (w.m0 + c * WG_M >= p.seqlen_q) {
+        if (w.n_blocks == 0) release(bars.q_empty());
+        if (w.n_blocks > 0) {
+            if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
+#pragma unroll 1
+            for (int n = 0; n < w.n_blocks; n++) {
+                mbarrier_wait(bars.k_full(stage_of(n)), parity_of(n));
+                turn_begin();
+                turn_end(false);
+                release_after_s(n);
+                mbarrier_wait(bars.v_full(stage_of(n)), parity_of(n));
+                release(bars.v_empty(stage_of(n)));
+            }
+            turn_begin();
+            turn_end(true);
+        }
+        return;
+    }
     if (w.n_blocks == 0) release(bars.q_empty());  // a causal item with no visible key: Q is not read
     if (w.n_blocks > 0) {
         float correction[2];
