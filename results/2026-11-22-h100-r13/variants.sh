@@ -23,7 +23,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 here=results/2026-11-22-h100-r13
-src=steps/11_persistent/kernel.cu
+src=${STEP11_SRC:-steps/11_persistent/kernel.cu}  # step 11 as of the run: STEP11_SRC= a copy of it (README)
 mkdir -p build/ab
 fail=0
 build() {  # NAME SRC [DEFINES]

@@ -7,7 +7,7 @@
 #   noturn    the same at every head dim
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-src=steps/11_persistent/kernel.cu
+src=${STEP11_SRC:-steps/11_persistent/kernel.cu}  # step 11 as of the run: STEP11_SRC= a copy of it (README)
 mkdir -p build/ab
 python3 tools/variant_src.py $src build/ab/noturn.cu \
   '    auto turn_begin = [&] {

@@ -7,7 +7,7 @@
 #            skips the work) with the same c
 set -uo pipefail
 cd "$(dirname "$0")/../.."
-src=steps/11_persistent/kernel.cu
+src=${STEP11_SRC:-steps/11_persistent/kernel.cu}  # step 11 as of the run: STEP11_SRC= a copy of it (README)
 mkdir -p build/ab
 c_old='    const int c = threadIdx.x / WARPGROUP - 1;  // this consumer, 0 .. CONSUMERS - 1'
 c_new='    const int c = __shfl_sync(0xffffffffu, (int)threadIdx.x / WARPGROUP - 1, 0);  // this consumer, uniform in the warp'

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs 42 (H100) and 43 (H200): `ROUNDS=3 ITERS=20 make compare SHAPES=bench` (every
+# Runs 42 and 68 (H100), 43 and 69 (H200): `ROUNDS=3 ITERS=20 make compare SHAPES=bench` (every
 # step, the cuBLAS baseline and torch SDPA's backends at the benchmark shapes, three
 # rounds, order rotated), its printout and the two CSVs it writes kept under $OUT
 # (or build/runNN).  usage: bash compare-bench.sh RUN_NUMBER

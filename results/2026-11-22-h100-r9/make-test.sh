@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs 41, 47 (steps 00-11), 54 and 58 (00-12) on the H100: `make test` on the whole tree (every step, the cuBLAS
+# Runs 41, 47 (steps 00-11), 54, 58, 65 and 67 (00-12) on the H100: `make test` on the whole tree (every step, the cuBLAS
 # baseline, the GPU matrix, compute-sanitizer on every GPU step, the torch binding). Run 47
 # came after step 11 took two consumers under a causal mask and tools/sanitize.sh a sixth
 # shape. Keeps the runner's output and its per-program logs (one tarball) under $OUT (or
