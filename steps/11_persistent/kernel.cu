@@ -606,6 +606,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
         if (w.n_blocks == 0) release(bars.q_empty());
         if (w.n_blocks > 0) {
             if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
+            // (Rolled: a rare path, its code kept small next to the consumer's own loop.)
 #pragma unroll 1
             for (int n = 0; n < w.n_blocks; n++) {
                 mbarrier_wait(bars.k_full(stage_of(n)), parity_of(n));
