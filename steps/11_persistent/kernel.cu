@@ -19,7 +19,8 @@
  * to each other, so its K and V stay in L2 while its q tiles run. With these
  * units, two consumers beat three at d64 under a causal mask (ManyItemsConfig).
  * A consumer whose rows all lie past seqlen_q (in a head's last, partial q tile) takes
- * its turns without computing.
+ * its turns without computing; for that branch not to cost more than it saves, the
+ * consumer index is taken from lane 0 by a shuffle (see consume).
  * Everything else is step 10's (docs/11_persistent.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
