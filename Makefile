@@ -33,7 +33,10 @@ STEP_DIRS  := $(sort $(wildcard steps/[0-9][0-9]_*))
 STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
 GPU_IDS    := $(filter-out 00,$(STEP_IDS))
 
-HARNESS    := cli data reference check buffers device util validate
+HARNESS    := cli data reference check buffers device util validate limits
+# What a GPU step's shared library links besides its kernel: the ABI's shared checks
+# and the device limits every launch decision reads.
+STEP_LIB_O := $(BUILD)/common/validate.o $(BUILD)/common/limits.o
 HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 
 step       ?=
@@ -111,7 +114,7 @@ variant: check-step $(BUILD)/common/main.o $(HARNESS_O)
 	@$(NVCC) $(NVCC_OPTS) $(call step_gencode,$(step)) $(DEFINES) -Xptxas -v -c $(or $(SRC),$(wildcard $(STEP_DIR)/kernel.cu)) \
 	  -o $(VARIANT_DIR)/kernel.o 2>$(VARIANT_DIR)/ptxas.txt || { cat $(VARIANT_DIR)/ptxas.txt; exit 1; }
 	@$(NVCC) $(call step_gencode,$(step)) -Xcompiler -fopenmp $(VARIANT_DIR)/kernel.o $(BUILD)/common/main.o $(HARNESS_O) $(CUDA_LIBS) -o $(VARIANT_DIR)/fa2
-	@$(NVCC) $(call step_gencode,$(step)) -shared $(VARIANT_DIR)/kernel.o $(BUILD)/common/validate.o $(CUDA_LIBS) -o $(VARIANT_DIR)/libfa2.so
+	@$(NVCC) $(call step_gencode,$(step)) -shared $(VARIANT_DIR)/kernel.o $(STEP_LIB_O) $(CUDA_LIBS) -o $(VARIANT_DIR)/libfa2.so
 
 # ---- steps: one kernel file each -> build/stepNN/{kernel.o,fa2,libfa2.so} ----
 $(BUILD)/step00/kernel.o: $(wildcard steps/00_*/kernel.c) common/*.h
@@ -132,7 +135,7 @@ $(BUILD)/step$(1)/kernel.o: $(wildcard steps/$(1)_*/kernel.cu) common/*.h $(if $
 $(BUILD)/step$(1)/fa2: $(BUILD)/step$(1)/kernel.o $(BUILD)/common/main.o $(HARNESS_O)
 	$(NVCC) $(call step_gencode,$(1)) -Xcompiler -fopenmp $$^ $(CUDA_LIBS) -o $$@
 
-$(BUILD)/step$(1)/libfa2.so: $(BUILD)/step$(1)/kernel.o $(BUILD)/common/validate.o
+$(BUILD)/step$(1)/libfa2.so: $(BUILD)/step$(1)/kernel.o $(STEP_LIB_O)
 	$(NVCC) $(call step_gencode,$(1)) -shared $$^ $(CUDA_LIBS) -o $$@
 endef
 $(foreach i,$(GPU_IDS),$(eval $(call GPU_STEP,$(i))))

@@ -20,7 +20,7 @@ $(BUILD)/reference/cublas/kernel.o: reference/cublas_unfused.cu common/*.h $(NVC
 $(BUILD)/reference/cublas/fa2: $(BUILD)/reference/cublas/kernel.o $(BUILD)/common/main.o $(HARNESS_O)
 	$(NVCC) $(GENCODE) -Xcompiler -fopenmp $^ $(CUDA_LIBS) $(REFERENCE_CUBLAS_LIBS) -o $@
 
-$(BUILD)/reference/cublas/libfa2.so: $(BUILD)/reference/cublas/kernel.o $(BUILD)/common/validate.o
+$(BUILD)/reference/cublas/libfa2.so: $(BUILD)/reference/cublas/kernel.o $(STEP_LIB_O)
 	$(NVCC) $(GENCODE) -shared $^ $(CUDA_LIBS) $(REFERENCE_CUBLAS_LIBS) -o $@
 
 $(BUILD)/reference/mma_ceiling: reference/mma_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h $(NVCC_STAMP)
