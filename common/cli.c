@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
+#include "limits.h"
 
 static const char *usage_text =
     "usage: fa2 [options]   (one FlashAttention-2 forward: check against fp64, then time)\n"
@@ -28,6 +29,9 @@ static const char *usage_text =
     "                     every row of small problems, a spread of rows of large ones)\n"
     "  --csv FILE         append one result row to FILE (opened before any work)\n"
     "  --help             this text\n"
+    "Environment: FA2_EMULATE=PRESET makes a GPU step take every decision (tiles, stages,\n"
+    "  splits, what it refuses) from another GPU's published limits; the timings stay this\n"
+    "  GPU's, and the result line names the preset (the list below; common/limits.c).\n"
     "Each flag may be given once. Bad input gets one line on stderr naming the flag,\n"
     "the value and what is allowed.\n"
     "exit codes: 0 pass; 1 check failed; 2 bad input or params the step refuses;\n"
@@ -92,7 +96,11 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
         } else {
             snprintf(flag, sizeof flag, "%s", arg);
         }
-        if (!strcmp(flag, "--help")) { fputs(usage_text, stdout); exit(0); }
+        if (!strcmp(flag, "--help")) {
+            fputs(usage_text, stdout);
+            printf("FA2_EMULATE presets: %s\n", fa2_limits_preset_names());
+            exit(0);
+        }
         if (!strcmp(flag, "--causal")) {
             if (val) die_usage("--causal", val, "no value: --causal alone turns the mask on");
             if (opt->causal) die_usage("--causal", "--causal", "each flag once");

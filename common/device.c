@@ -5,6 +5,7 @@
 
 #include "cuda_check.h"
 #include "harness.h"
+#include "limits.h"
 
 int fa2_device_open(fa2_device_info *info, const char *step_name)
 {
@@ -23,7 +24,13 @@ int fa2_device_open(fa2_device_info *info, const char *step_name)
         return FA2_EXIT_NO_DEVICE;
     }
     memset(info, 0, sizeof *info);
-    snprintf(info->name, sizeof info->name, "%.127s", prop.name);
+    /* Under FA2_EMULATE every result line says which GPU's limits the step obeyed: the
+     * timings are still this GPU's. */
+    fa2_limits limits;
+    if (fa2_limits_get(&limits, NULL, 0) == FA2_LIMITS_OK && limits.preset)
+        snprintf(info->name, sizeof info->name, "%.80s as %s", prop.name, limits.preset);
+    else
+        snprintf(info->name, sizeof info->name, "%.127s", prop.name);
     info->sm_major = prop.major;
     info->sm_minor = prop.minor;
     info->sm_count = prop.multiProcessorCount;

@@ -105,6 +105,12 @@ size_t fa2_workspace_size(const fa2_params *p);
 int fa2_config(const fa2_params *p, char *what, size_t what_len);
 int fa2_config_count(void); /* how many configurations the step can choose from */
 
+/* Bytes of shared memory one block of configuration `config` requests for params
+ * like p (its head dim and dtype), whether or not the step would choose it; -1
+ * when config is not one of the step's. A test checks, GPU or not, that every
+ * configuration a step chooses under every FA2_EMULATE preset fits that GPU. */
+int fa2_config_smem(const fa2_params *p, int config);
+
 /* After fa2_forward returned FA2_ERR_LAUNCH: the CUDA call that failed and the
  * runtime's reason ("cudaFuncSetAttribute: no kernel image is available ..."). */
 const char *fa2_last_error(void);

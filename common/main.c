@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "limits.h"
 
 /* The columns every compare CSV has (reference/sdpa.py writes the same); key_change is the
  * step's fa2_key_change(), quoted: it may hold commas. */
@@ -74,6 +75,11 @@ int main(int argc, char **argv)
     fa2_params_from_options(&opt, &p);
 
     char why[256] = "";
+    fa2_limits limits;
+    if (on_gpu && fa2_limits_get(&limits, why, sizeof why) == FA2_LIMITS_BAD_PRESET) {
+        fprintf(stderr, "error: %s\n", why);
+        return FA2_EXIT_USAGE;
+    }
     fa2_params probe = p;
     stand_in_pointers(&probe);
     if (!fa2_supports(&probe, why, sizeof why)) {

@@ -36,6 +36,7 @@ typedef struct {
     int (*supports)(const fa2_params *, char *, size_t);
     int (*config)(const fa2_params *, char *, size_t);
     int (*config_count)(void);
+    int (*config_smem)(const fa2_params *, int);
     size_t (*workspace_size)(const fa2_params *);
     const char *(*last_error)(void);
     const char *(*name)(void);
@@ -52,10 +53,11 @@ static inline int step_abi_load(step_abi *s, const char *path)
     *(void **)&s->supports = dlsym(handle, "fa2_supports");
     *(void **)&s->config = dlsym(handle, "fa2_config");
     *(void **)&s->config_count = dlsym(handle, "fa2_config_count");
+    *(void **)&s->config_smem = dlsym(handle, "fa2_config_smem");
     *(void **)&s->workspace_size = dlsym(handle, "fa2_workspace_size");
     *(void **)&s->last_error = dlsym(handle, "fa2_last_error");
     *(void **)&s->name = dlsym(handle, "fa2_name");
-    return s->forward && s->supports && s->config && s->config_count && s->workspace_size && s->last_error && s->name;
+    return s->forward && s->supports && s->config && s->config_count && s->config_smem && s->workspace_size && s->last_error && s->name;
 }
 
 /* Where a NaN goes: none, a whole row of Q, a whole row of K, one element of V. */

@@ -258,3 +258,4 @@ const char *fa2_name(void) { return "00_cpu_reference"; }
 const char *fa2_key_change(void) { return "the FA2 algorithm in C: tiles, online softmax, deferred 1/l"; }
 int fa2_runs_on_gpu(void) { return 0; }
 size_t fa2_workspace_size(const fa2_params *p) { (void)p; return 0; }
+int fa2_config_smem(const fa2_params *p, int config) { (void)p; return config == 0 ? 0 : -1; }  /* the CPU has no shared memory to ask for */

@@ -16,9 +16,12 @@
  *    128 bytes per clock an SM's shared memory delivers). Two m-tiles leave no
  *    room for Q's fragments next to two O accumulators, so Q stays in shared
  *    memory and is re-read with ldmatrix at each key tile (the epilogue then
- *    waits for every copy before O takes Q's place). When the grid has no
- *    more blocks than the GPU has SMs, a second configuration with 8 warps per
- *    block keeps 8 warps on each SM (see LargeGridConfig / SmallGridConfig).
+ *    waits for every copy before O takes Q's place). Where two such blocks
+ *    cannot share an SM -- the grid has no more blocks than the GPU has SMs, or
+ *    the SM's shared memory holds only one (d128 on an A100 or a 99 KB part) --
+ *    a configuration with 8 warps per block keeps 8 warps on each SM: 128 keys
+ *    per tile where the block may have 160 KB of shared memory, 64 where it
+ *    gets 99 KB (see choose_config; the numbers come from common/limits.h).
  *
  * 2. The instruction budget. With two warps per scheduler, every non-mma
  *    instruction competes with the mma for issue slots. So: tiles that need no
@@ -38,11 +41,14 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <type_traits>
 
 #include "../../common/fa2.h"
+#include "../../common/limits.h"
 #include "../../common/validate.h"
 
 constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
@@ -64,6 +70,7 @@ struct TileConfig {
 #ifdef FA2_SWEEP_WARPS
 using LargeGridConfig = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP_BLOCK_N>;
 using SmallGridConfig = LargeGridConfig;
+using SmallGridShortTileConfig = LargeGridConfig;
 #else
 // Chosen by sweep.sh on an H200 (results/2026-11-22-h200/step06-sweep-*.csv), the
 // same for head dim 64 and 128:
@@ -72,11 +79,22 @@ using SmallGridConfig = LargeGridConfig;
 //  - at most one block per SM (B2 H8 N1024 gives 128 blocks for 132 SMs): a
 //    lone block of the first kind leaves its SM with 4 warps, so 8 warps x 1
 //    m-tile, 128 keys per tile.
+// And where the second asks for more shared memory than a block may have (160 KB
+// at d128; GPUs of compute capability 8.6, 8.9 and 12.x give a block 99 KB), the
+// same 8 warps with 64 keys per tile (96 KB at d128). FlashAttention-2 also
+// shrinks its d128 tiles on sm_86/sm_89 (flash_fwd_launch_template.h: 128 x 32
+// keys without a mask, 64 x 64 with one, 4 warps), there to fit two blocks per
+// SM; here the block keeps its 128 rows, so the grid is the same in every
+// configuration, and gets its 8 warps in one block instead.
 using LargeGridConfig = TileConfig<4, 2, 64>;
 using SmallGridConfig = TileConfig<8, 1, 128>;
+using SmallGridShortTileConfig = TileConfig<8, 1, 64>;
 #endif
-static_assert(LargeGridConfig::BLOCK_M == SmallGridConfig::BLOCK_M,
-              "both configurations cover the same query rows, so the grid does not depend on the choice");
+static_assert(LargeGridConfig::BLOCK_M == SmallGridConfig::BLOCK_M && SmallGridConfig::BLOCK_M == SmallGridShortTileConfig::BLOCK_M,
+              "every configuration covers the same query rows, so the grid does not depend on the choice");
+// A block's shared memory: Q (then O) [BLOCK_M][D], and STAGES buffers each of K and V [BLOCK_N][D].
+template <typename C, int D>
+constexpr int smem_bytes_of() { return (C::BLOCK_M + 2 * STAGES * C::BLOCK_N) * D * 2; }
 
 // ---- PTX wrappers ----------------------------------------------------------
 
@@ -261,8 +279,13 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     // Causal blocks near the end of the sequence see the most keys; the GPU starts
     // blocks in index order, so they get the low indices and the short blocks fill
     // the tail of the launch instead of the long ones.
-    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    const int m0 = m_block * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
+    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
+    // can pass that. Query tiles run fastest, so the blocks of one head still start
+    // together, as they did on a (tile, head, batch) grid.
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const int m_block = p.causal ? m_blocks - 1 - blockIdx.x % m_blocks : blockIdx.x % m_blocks;
+    const int h = blockIdx.x / m_blocks % p.heads_q, b = blockIdx.x / m_blocks / p.heads_q;
+    const int m0 = m_block * BLOCK_M;
     const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
@@ -518,37 +541,102 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
 
 // ---- launcher and ABI --------------------------------------------------------
 
+// Every configuration's blocks cover the same rows, so one grid size serves all.
+static long long grid_blocks(const fa2_params *p)
+{
+    return (long long)((p->seqlen_q + LargeGridConfig::BLOCK_M - 1) / LargeGridConfig::BLOCK_M) * p->heads_q * p->batch;
+}
+
 template <typename T, int D, typename C>
 static int launch_with(const fa2_params *p, cudaStream_t stream)
 {
-    const int smem_bytes = (C::BLOCK_M + 2 * STAGES * C::BLOCK_N) * D * 2;
+    constexpr int smem_bytes = smem_bytes_of<C, D>();
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
-    fa2_mma_kernel<T, D, C><<<grid, C::THREADS, smem_bytes, stream>>>(*p);
+    fa2_mma_kernel<T, D, C><<<(unsigned)grid_blocks(p), C::THREADS, smem_bytes, stream>>>(*p);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
 
-// The configuration a launch takes, by how many blocks each SM would get:
-// SmallGridConfig when every block has an SM to itself.
-enum { LARGE_GRID = 0, SMALL_GRID = 1, CONFIGS = 2 };
-static cudaError_t choose_config(const fa2_params *p, int *config, long long *blocks, int *sm_count)
+enum { LARGE_GRID = 0, SMALL_GRID = 1, SMALL_GRID_SHORT_TILE = 2, CONFIGS = 3 };
+
+// What one configuration asks of an SM, and how many of its blocks fit on one.
+struct Fit {
+    int smem_bytes, warps, blocks_per_sm;  // blocks_per_sm 0: it does not fit at all
+};
+
+// Blocks of configuration C per SM. On the GPU itself the runtime's occupancy
+// query answers (it knows the registers ptxas gave this GPU's SASS); under
+// FA2_EMULATE the same rules are applied by arithmetic to the preset's numbers,
+// with the registers this build's kernel has where a GPU can say (otherwise the
+// 255 a thread may have at most, the fewest blocks they could allow).
+template <typename T, int D, typename C>
+static Fit fit_of(const fa2_limits *l)
 {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device);
-    *blocks = (long long)((p->seqlen_q + LargeGridConfig::BLOCK_M - 1) / LargeGridConfig::BLOCK_M) * p->heads_q * p->batch;
-    *config = *blocks <= *sm_count ? SMALL_GRID : LARGE_GRID;
-    return err;
+    constexpr int smem_bytes = smem_bytes_of<C, D>();
+    Fit f = {smem_bytes, C::WARPS, 0};
+    if (smem_bytes > l->smem_per_block) return f;
+    if (!l->preset) {
+        if (cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, fa2_mma_kernel<T, D, C>, C::THREADS, smem_bytes) == cudaSuccess)
+            return f;
+        cudaGetLastError();  // leave no error behind; the arithmetic answers instead
+    }
+    cudaFuncAttributes attr;
+    int regs = 255;
+    if (cudaFuncGetAttributes(&attr, fa2_mma_kernel<T, D, C>) == cudaSuccess) regs = attr.numRegs;
+    else cudaGetLastError();
+    f.blocks_per_sm = fa2_limits_blocks_per_sm(l, C::THREADS, regs, smem_bytes);
+    return f;
+}
+
+// The configuration a launch takes: LargeGridConfig where two of its 4-warp blocks
+// share each SM (the grid has more blocks than SMs, and an SM holds two); else the
+// 8-warp configuration with the longest key tile that fits; else, on a GPU that
+// fits neither, a lone LargeGridConfig block. -1 when nothing fits.
+struct Choice {
+    int config;
+    long long blocks;
+    Fit fit;
+};
+template <typename T, int D>
+static Choice choose_config(const fa2_params *p, const fa2_limits *l)
+{
+    // Asked once per process and preset: the queries cost microseconds, a launch's whole budget.
+    static Fit fits[CONFIGS];
+    static const char *fits_for = "";  // the preset (NULL: the GPU) they were asked for; "" not yet
+    if (fits_for == nullptr ? l->preset != nullptr : (l->preset == nullptr || strcmp(fits_for, l->preset) != 0)) {
+        fits[LARGE_GRID] = fit_of<T, D, LargeGridConfig>(l);
+        fits[SMALL_GRID] = fit_of<T, D, SmallGridConfig>(l);
+        fits[SMALL_GRID_SHORT_TILE] = fit_of<T, D, SmallGridShortTileConfig>(l);
+        fits_for = l->preset;
+    }
+    Choice c = {-1, grid_blocks(p), fits[LARGE_GRID]};
+    if (fits[LARGE_GRID].blocks_per_sm >= 2 && c.blocks > l->sm_count) c.config = LARGE_GRID;
+    else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;
+    else if (fits[SMALL_GRID_SHORT_TILE].blocks_per_sm >= 1) c.config = SMALL_GRID_SHORT_TILE;
+    else if (fits[LARGE_GRID].blocks_per_sm >= 1) c.config = LARGE_GRID;
+    if (c.config >= 0) c.fit = fits[c.config];
+    return c;
+}
+
+// The choice for these params, through their dtype and head dim.
+static Choice choose(const fa2_params *p, const fa2_limits *l)
+{
+    if (p->dtype == FA2_FP16) return p->head_dim == 64 ? choose_config<__half, 64>(p, l) : choose_config<__half, 128>(p, l);
+    return p->head_dim == 64 ? choose_config<__nv_bfloat16, 64>(p, l) : choose_config<__nv_bfloat16, 128>(p, l);
 }
 
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    int config = 0, sm_count = 0;
-    long long blocks = 0;
-    FA2_CUDA_TRY(choose_config(p, &config, &blocks, &sm_count));
-    return config == SMALL_GRID ? launch_with<T, D, SmallGridConfig>(p, stream) : launch_with<T, D, LargeGridConfig>(p, stream);
+    fa2_limits l;
+    char why[256];
+    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    switch (choose_config<T, D>(p, &l).config) {
+    case SMALL_GRID: return launch_with<T, D, SmallGridConfig>(p, stream);
+    case SMALL_GRID_SHORT_TILE: return launch_with<T, D, SmallGridShortTileConfig>(p, stream);
+    default: return launch_with<T, D, LargeGridConfig>(p, stream);
+    }
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -560,36 +648,46 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
     if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
-    if (p->heads_q > 65535 || p->batch > 65535) {
-        if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
+    if (grid_blocks(p) > INT_MAX) {
+        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
         return 0;
     }
-    return 1;
+    // The smallest configuration must fit the GPU's shared memory per block.
+    const int least = p->head_dim == 64 ? smem_bytes_of<LargeGridConfig, 64>() : smem_bytes_of<LargeGridConfig, 128>();
+    char what[32];
+    snprintf(what, sizeof what, "head_dim %d", p->head_dim);
+    return fa2_limits_check_smem(least, what, why, why_len);
 }
 
 extern "C" int fa2_config_count(void) { return CONFIGS; }
 
-template <typename C>
-static void describe(char *what, size_t what_len, long long blocks, int sm_count)
+extern "C" int fa2_config_smem(const fa2_params *p, int config)
 {
-    snprintf(what, what_len, "%d warps x %d m-tiles, %d keys per tile: %lld blocks %s %d SMs", C::WARPS, C::M_TILES,
-             C::BLOCK_N, blocks, blocks <= sm_count ? "<=" : ">", sm_count);
+    const bool d64 = p->head_dim == 64;
+    switch (config) {
+    case LARGE_GRID: return d64 ? smem_bytes_of<LargeGridConfig, 64>() : smem_bytes_of<LargeGridConfig, 128>();
+    case SMALL_GRID: return d64 ? smem_bytes_of<SmallGridConfig, 64>() : smem_bytes_of<SmallGridConfig, 128>();
+    case SMALL_GRID_SHORT_TILE: return d64 ? smem_bytes_of<SmallGridShortTileConfig, 64>() : smem_bytes_of<SmallGridShortTileConfig, 128>();
+    default: return -1;
+    }
 }
+
+static const char *const config_names[CONFIGS] = {"4 warps x 2 m-tiles, 64 keys per tile", "8 warps x 1 m-tile, 128 keys per tile",
+                                                  "8 warps x 1 m-tile, 64 keys per tile"};
 
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    int config = 0, sm_count = 0;
-    long long blocks = 0;
-    const cudaError_t err = choose_config(p, &config, &blocks, &sm_count);
-    if (err != cudaSuccess) {
-        cudaGetLastError();  // leave no error behind for the caller
-        snprintf(what, what_len, "no GPU answers (%s): the choice depends on its SM count", cudaGetErrorString(err));
+    fa2_limits l;
+    if (fa2_limits_get(&l, what, what_len) != FA2_LIMITS_OK) return -1;  // the choice depends on the GPU's limits
+    const Choice c = choose(p, &l);
+    if (c.config < 0) {
+        snprintf(what, what_len, "no configuration fits %s", l.name);
         return -1;
     }
-    if (config == SMALL_GRID) describe<SmallGridConfig>(what, what_len, blocks, sm_count);
-    else describe<LargeGridConfig>(what, what_len, blocks, sm_count);
-    return config;
+    snprintf(what, what_len, "%s, %d KB: %lld blocks, %d per SM on %d SMs", config_names[c.config], c.fit.smem_bytes / 1024,
+             c.blocks, c.fit.blocks_per_sm, l.sm_count);
+    return c.config;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
@@ -602,6 +700,6 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 }
 
 extern "C" const char *fa2_name(void) { return "07_tuned"; }
-extern "C" const char *fa2_key_change(void) { return "tuned for the GPU: tiles by grid size, an unmasked loop body, a lazy O rescale"; }
+extern "C" const char *fa2_key_change(void) { return "tuned for the GPU: tiles by blocks per SM, an unmasked loop body, a lazy O rescale"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
