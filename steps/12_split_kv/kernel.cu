@@ -30,12 +30,14 @@
  *    kernel, combine_kernel, merges them and writes O and LSE. One split writes
  *    O directly and launches nothing else.
  *
- * 3. The number of splits comes from the GPU: the SM count, how many blocks fit
- *    on an SM, batch x kv heads x query tiles and the number of key tiles
- *    (choose_splits; the sweep behind it is sweep.sh).
+ * 3. The number of splits comes from the GPU's limits (common/limits.h): the SM
+ *    count, how many blocks fit on an SM, batch x kv heads x query tiles and the
+ *    number of key tiles (choose_plan; the sweep behind it is sweep.sh).
  *
- * 4. Tiles of 128 keys and K/V stages from a 128 KB budget (2 at d128, 4 at d64):
- *    one block per SM keeps 64 or 96 KB of K and V in flight (sweep.sh, run 51).
+ * 4. Key tiles and K/V stages from a shared-memory budget: 128 KB where a block
+ *    may have it (2 stages of 128 keys at d128, 4 at d64: one block per SM keeps
+ *    64 or 96 KB of K and V in flight; sweep.sh, run 51), else what a 99 KB block
+ *    holds (3 stages of 128 keys at d64, 2 of 64 at d128).
  *
  * What stays from step 07: the swizzle, ldmatrix, the cp.async pipeline (one
  * barrier per key tile; at 2 stages it is step 07's double buffer), the unmasked
@@ -49,9 +51,11 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <string.h>
 #include <type_traits>
 
 #include "../../common/fa2.h"
+#include "../../common/limits.h"
 #include "../../common/validate.h"
 
 constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
@@ -59,27 +63,26 @@ constexpr float LOG2E = 1.4426950408889634f;
 constexpr float LN2 = 0.6931471805599453f;
 
 // The tile: one m-tile of packed rows, WARPS warps that split every key tile.
-// sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. (keys per tile),
-// -DFA2_SWEEP_STAGES=.. and -DFA2_SWEEP_SPLITS=.. (a fixed split count instead of
-// choose_splits's).
+// sweep.sh rebuilds this file with other key tiles and stages (LargeLayout below)
+// and with -DFA2_SWEEP_SPLITS=.. (a fixed split count instead of choose_splits's).
 constexpr int WARPS = 4, THREADS = WARPS * 32;
 constexpr int BLOCK_M = MMA_M;  // packed rows per block
-// Chosen by sweep.sh on an H100 (run 51): 128 keys per tile, and as many K/V
-// stages as 128 KB hold (2 at d128, 4 at d64): one block per SM with 64 KB (d128)
-// or 96 KB (d64) of K and V in flight while it computes on the rest.
-#ifdef FA2_SWEEP_BLOCK_N
-constexpr int BLOCK_N = FA2_SWEEP_BLOCK_N;
-#else
-constexpr int BLOCK_N = 128;  // keys per tile
-#endif
-constexpr int WARP_KEYS = BLOCK_N / WARPS;  // each warp's share of a key tile
-#ifdef FA2_SWEEP_STAGES
-template <int D> constexpr int kv_stages() { return FA2_SWEEP_STAGES; }
-#else
-constexpr int KV_STAGE_BUDGET = 128 * 1024;  // bytes of K and V buffers per block
-template <int D> constexpr int kv_stages() { return KV_STAGE_BUDGET / (2 * BLOCK_N * D * 2); }
-#endif
-static_assert(WARP_KEYS % MMA_K == 0, "a warp's keys feed P.V 16 at a time (the k of m16n8k16)");
+// Keys per tile and K/V stages come from a budget of shared memory for the K and V
+// buffers: 128-key tiles where two stages of them fit, else 64, and as many stages
+// as the budget holds. Two budgets, the first that fits the GPU's shared memory per
+// block (common/limits.h) is taken:
+//  - 128 KB, chosen by sweep.sh on an H100 (run 51): 128 keys, 4 stages at d64, 2
+//    at d128 -- one block per SM with 96 KB (d64) or 64 KB (d128) of K and V in
+//    flight while it computes on the rest. An A100's blocks may have 163 KB, an
+//    H100's 227 KB.
+//  - 99 KB less Q, what a block gets on GPUs of compute capability 8.6, 8.9 and
+//    12.x: 3 stages of 128 keys at d64; at d128 two 128-key stages would need
+//    128 KB, so 2 stages of 64 keys (3 would need 100 KB, 1 KB over).
+constexpr int LARGE_KV_BUDGET = 128 * 1024;
+constexpr int SMALL_BLOCK_SMEM = 99 * 1024;
+template <int D> constexpr int small_kv_budget() { return SMALL_BLOCK_SMEM - BLOCK_M * D * 2; }
+template <int D, int BUDGET> constexpr int tile_keys() { return BUDGET / (2 * 128 * D * 2) >= 2 ? 128 : 64; }
+template <int D, int BUDGET> constexpr int tile_stages() { return BUDGET / (2 * tile_keys<D, BUDGET>() * D * 2); }
 
 // Splits: at most MAX_SPLITS, and at most MAX_SPLIT_BLOCKS blocks in all, so the
 // workspace has a bound that depends on the params alone (fa2_workspace_size):
@@ -263,9 +266,12 @@ __device__ __forceinline__ PackedRow unpack_row(int r, int group, int h_kv) { re
 // Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each; after the
 // last key tile the K/V space holds the warps' partial results for the merge:
 // O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each.
-template <int D>
+template <int D, int BLOCK_N_, int STAGES_>
 struct SmemLayout {
-    static constexpr int STAGES = kv_stages<D>();  // buffers for each of K and V
+    static constexpr int BLOCK_N = BLOCK_N_;              // keys per tile
+    static constexpr int WARP_KEYS = BLOCK_N / WARPS;     // each warp's share of a key tile
+    static constexpr int STAGES = STAGES_;                // buffers for each of K and V
+    static_assert(WARP_KEYS % MMA_K == 0, "a warp's keys feed P.V 16 at a time (the k of m16n8k16)");
     static constexpr int O_PITCH = D + 8;  // fp32 per row: the 8 rows of a fragment store start 8 banks apart
     static constexpr int Q_BYTES = BLOCK_M * D * 2, STAGE_BYTES = BLOCK_N * D * 2;
     static constexpr int KV_BYTES = 2 * STAGES * STAGE_BYTES;
@@ -273,17 +279,36 @@ struct SmemLayout {
     static_assert(MERGE_BYTES <= KV_BYTES, "the warps' partial O, max and sum fit where K and V were");
     static constexpr int BYTES = Q_BYTES + KV_BYTES;
 };
+// sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. and -DFA2_SWEEP_STAGES=..
+// to time other candidates in the first layout's place.
+#ifdef FA2_SWEEP_BLOCK_N
+#ifdef FA2_SWEEP_STAGES
+template <int D> using LargeLayout = SmemLayout<D, FA2_SWEEP_BLOCK_N, FA2_SWEEP_STAGES>;
+#else
+template <int D> using LargeLayout = SmemLayout<D, FA2_SWEEP_BLOCK_N, LARGE_KV_BUDGET / (2 * FA2_SWEEP_BLOCK_N * D * 2)>;
+#endif
+#else
+template <int D> using LargeLayout = SmemLayout<D, tile_keys<D, LARGE_KV_BUDGET>(), tile_stages<D, LARGE_KV_BUDGET>()>;
+#endif
+template <int D> using SmallLayout = SmemLayout<D, tile_keys<D, small_kv_budget<D>()>(), tile_stages<D, small_kv_budget<D>()>()>;
+static_assert(SmallLayout<64>::BYTES <= SMALL_BLOCK_SMEM && SmallLayout<128>::BYTES <= SMALL_BLOCK_SMEM,
+              "the small layout fits a 99 KB block");
+// Splits never outnumber the key tiles of this length, the longest any layout has,
+// so the workspace they size (fa2_workspace_size) depends on the params alone.
+constexpr int SPLIT_KEY_TILE = 128;
+static_assert(LargeLayout<64>::BLOCK_N <= SPLIT_KEY_TILE && LargeLayout<128>::BLOCK_N <= SPLIT_KEY_TILE,
+              "no layout has fewer key tiles than the split bound counts");
 
 // splits > 1: block (m_block, split) writes O_s (fp32, normalised by its own row
 // sum) to o_part [splits][batch * heads_q * seqlen_q][D] and LSE_s to lse_part
 // [splits][batch * heads_q * seqlen_q], rows in the order of fa2.h's LSE.
-template <typename T, int D>
+template <typename T, int D, typename L>
 __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int splits, float *o_part, float *lse_part)
 {
+    constexpr int BLOCK_N = L::BLOCK_N, WARP_KEYS = L::WARP_KEYS;
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
     static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
     static_assert(WARP_KEYS % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
-    using L = SmemLayout<D>;
     constexpr int STAGES = L::STAGES;
     static_assert(STAGES >= 2, "the copy of tile nb + STAGES - 1 needs its own buffer while tile nb is read");
     extern __shared__ __align__(16) uint16_t smem[];
@@ -293,7 +318,12 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     const uint32_t k_saddr = q_saddr + L::Q_BYTES;                      // [STAGES][BLOCK_N][D]
     const uint32_t v_saddr = k_saddr + STAGES * L::STAGE_BYTES;         // [STAGES][BLOCK_N][D]
 
-    const int m_block = blockIdx.x / splits, split = blockIdx.x % splits, h_kv = blockIdx.y, b = blockIdx.z;
+    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x kv
+    // heads can pass that. Splits run fastest, then query tiles, so the blocks that
+    // share a kv head's K and V still start together.
+    const int m_blocks = (p.heads_q / p.heads_kv * p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const int split = blockIdx.x % splits, m_block = blockIdx.x / splits % m_blocks;
+    const int h_kv = blockIdx.x / splits / m_blocks % p.heads_kv, b = blockIdx.x / splits / m_blocks / p.heads_kv;
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q;  // packed rows of this kv head (< 2^31: fa2_supports)
     const int r0 = m_block * BLOCK_M;
@@ -600,14 +630,15 @@ __global__ void __launch_bounds__(COMBINE_WARPS * 32)
 
 static long long m_blocks_of(const fa2_params *p) { return ((long long)p->heads_q / p->heads_kv * p->seqlen_q + BLOCK_M - 1) / BLOCK_M; }
 static long long base_blocks_of(const fa2_params *p) { return (long long)p->batch * p->heads_kv * m_blocks_of(p); }
-static int key_tiles_of(const fa2_params *p) { return (p->seqlen_k + BLOCK_N - 1) / BLOCK_N; }
+static int key_tiles_of(const fa2_params *p, int block_n) { return (p->seqlen_k + block_n - 1) / block_n; }
 
 // The most splits these params may take, from the params alone: it sizes the workspace.
 static int max_splits(const fa2_params *p)
 {
     const long long by_blocks = MAX_SPLIT_BLOCKS / base_blocks_of(p);
     const long long cap = by_blocks < MAX_SPLITS ? by_blocks : MAX_SPLITS;
-    return (int)(cap < 1 ? 1 : cap < key_tiles_of(p) ? cap : key_tiles_of(p));
+    const int tiles = key_tiles_of(p, SPLIT_KEY_TILE);
+    return (int)(cap < 1 ? 1 : cap < tiles ? cap : tiles);
 }
 
 extern "C" size_t fa2_workspace_size(const fa2_params *p)
@@ -619,11 +650,36 @@ extern "C" size_t fa2_workspace_size(const fa2_params *p)
     return splits > 1 ? (size_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * sizeof(float) : 0;
 }
 
-// The launch: the split count and what it was chosen from.
+// The launch: the layout, the split count and what they were chosen from.
+enum { LARGE_LAYOUT = 0, SMALL_LAYOUT = 1, LAYOUTS = 2 };
 struct Plan {
+    int layout;  // LARGE_LAYOUT or SMALL_LAYOUT; -1: neither fits the GPU
+    int block_n, stages, smem_bytes;
     int splits, blocks_per_sm, sm_count;
     long long base_blocks;  // batch x kv heads x query tiles: the blocks of one split
 };
+
+// Blocks of layout L per SM. On the GPU itself the runtime's occupancy query answers
+// (it knows the registers ptxas gave this GPU's SASS); under FA2_EMULATE the same
+// rules are applied by arithmetic to the preset's numbers, with this build's
+// register count where a GPU can say (otherwise the 255 a thread may have at most).
+template <typename T, int D, typename L>
+static int blocks_per_sm_of(const fa2_limits *l)
+{
+    if (L::BYTES > l->smem_per_block) return 0;
+    int n = 0;
+    if (!l->preset) {
+        if (cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fa2_split_kernel<T, D, L>, THREADS, L::BYTES) == cudaSuccess)
+            return n;
+        cudaGetLastError();  // leave no error behind; the arithmetic answers instead
+    }
+    cudaFuncAttributes attr;
+    int regs = 255;
+    if (cudaFuncGetAttributes(&attr, fa2_split_kernel<T, D, L>) == cudaSuccess) regs = attr.numRegs;
+    else cudaGetLastError();
+    return fa2_limits_blocks_per_sm(l, THREADS, regs, L::BYTES);
+}
 
 // Splits of equal work fill the GPU in waves of sm_count x blocks_per_sm blocks; a
 // last wave that is partly empty leaves SMs idle. The efficiency of s splits is
@@ -631,53 +687,79 @@ struct Plan {
 // best efficiency up to max_splits (fewer splits: fewer partial results to write
 // and merge, longer key ranges to pipeline). At least one wave's worth of blocks
 // already fills the GPU: s = 1 unless more splits fill the last wave better.
+// The layout is the first, of LargeLayout and SmallLayout, that fits the GPU.
 template <typename T, int D>
-static cudaError_t choose_splits(const fa2_params *p, Plan *plan)
+static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
 {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&plan->sm_count, cudaDevAttrMultiProcessorCount, device);
-    if (err == cudaSuccess) err = cudaFuncSetAttribute(fa2_split_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, SmemLayout<D>::BYTES);
-    if (err == cudaSuccess)
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&plan->blocks_per_sm, fa2_split_kernel<T, D>, THREADS, SmemLayout<D>::BYTES);
-    if (err != cudaSuccess) return err;
-    plan->base_blocks = base_blocks_of(p);
-    const long long wave = (long long)plan->sm_count * (plan->blocks_per_sm > 0 ? plan->blocks_per_sm : 1);
+    // Asked once per process and preset: the queries cost microseconds, a launch's whole budget.
+    static int fits[LAYOUTS];
+    static const char *fits_for = "";  // the preset (NULL: the GPU) they were asked for; "" not yet
+    if (fits_for == nullptr ? l->preset != nullptr : (l->preset == nullptr || strcmp(fits_for, l->preset) != 0)) {
+        fits[LARGE_LAYOUT] = blocks_per_sm_of<T, D, LargeLayout<D>>(l);
+        fits[SMALL_LAYOUT] = blocks_per_sm_of<T, D, SmallLayout<D>>(l);
+        fits_for = l->preset;
+    }
+    Plan plan = {-1, 0, 0, 0, 1, 0, l->sm_count, base_blocks_of(p)};
+    if (fits[LARGE_LAYOUT] > 0) {
+        plan.layout = LARGE_LAYOUT, plan.block_n = LargeLayout<D>::BLOCK_N, plan.stages = LargeLayout<D>::STAGES;
+        plan.smem_bytes = LargeLayout<D>::BYTES;
+    } else if (fits[SMALL_LAYOUT] > 0) {
+        plan.layout = SMALL_LAYOUT, plan.block_n = SmallLayout<D>::BLOCK_N, plan.stages = SmallLayout<D>::STAGES;
+        plan.smem_bytes = SmallLayout<D>::BYTES;
+    } else {
+        return plan;
+    }
+    plan.blocks_per_sm = fits[plan.layout];
+    const long long wave = (long long)plan.sm_count * plan.blocks_per_sm;
     const int cap = max_splits(p);
     double efficiency[MAX_SPLITS + 1], best = 0.0;
     for (int s = 1; s <= cap; s++) {
-        const long long blocks = plan->base_blocks * s, waves = (blocks + wave - 1) / wave;
+        const long long blocks = plan.base_blocks * s, waves = (blocks + wave - 1) / wave;
         efficiency[s] = (double)blocks / (double)(waves * wave);
         best = efficiency[s] > best ? efficiency[s] : best;
     }
-    plan->splits = 1;
-    while (efficiency[plan->splits] < 0.95 * best) plan->splits++;
+    while (efficiency[plan.splits] < 0.95 * best) plan.splits++;
 #ifdef FA2_SWEEP_SPLITS
-    plan->splits = FA2_SWEEP_SPLITS < cap ? FA2_SWEEP_SPLITS : cap;  // a sweep build: the fixed count, within the workspace
+    plan.splits = FA2_SWEEP_SPLITS < cap ? FA2_SWEEP_SPLITS : cap;  // a sweep build: the fixed count, within the workspace
 #endif
-    return cudaSuccess;
+    return plan;
+}
+
+// The plan for these params, through their dtype and head dim.
+static Plan plan_of(const fa2_params *p, const fa2_limits *l)
+{
+    if (p->dtype == FA2_FP16) return p->head_dim == 64 ? choose_plan<__half, 64>(p, l) : choose_plan<__half, 128>(p, l);
+    return p->head_dim == 64 ? choose_plan<__nv_bfloat16, 64>(p, l) : choose_plan<__nv_bfloat16, 128>(p, l);
 }
 
 // ---- launcher and ABI --------------------------------------------------------
 
-template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+template <typename T, int D, typename L>
+static int launch_with(const fa2_params *p, const Plan &plan, cudaStream_t stream)
 {
-    Plan plan;
-    const cudaError_t err = choose_splits<T, D>(p, &plan);
-    if (err != cudaSuccess) return fa2_fail("choose_splits", cudaGetErrorString(err));
     const long long n_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
     // One split writes O directly and touches no workspace.
     float *o_part = plan.splits > 1 ? (float *)p->workspace : nullptr;
     float *lse_part = plan.splits > 1 ? o_part + (size_t)plan.splits * n_rows * D : nullptr;
-    dim3 grid((unsigned)(m_blocks_of(p) * plan.splits), p->heads_kv, p->batch);
-    fa2_split_kernel<T, D><<<grid, THREADS, SmemLayout<D>::BYTES, stream>>>(*p, plan.splits, o_part, lse_part);
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
+    fa2_split_kernel<T, D, L><<<(unsigned)(plan.base_blocks * plan.splits), THREADS, L::BYTES, stream>>>(*p, plan.splits, o_part, lse_part);
     FA2_CUDA_TRY(cudaGetLastError());
     if (plan.splits > 1) {
         combine_kernel<T, D><<<(unsigned)((n_rows + COMBINE_WARPS - 1) / COMBINE_WARPS), COMBINE_WARPS * 32, 0, stream>>>(*p, plan.splits, o_part, lse_part);
         FA2_CUDA_TRY(cudaGetLastError());
     }
     return FA2_OK;
+}
+
+template <typename T, int D>
+static int launch(const fa2_params *p, cudaStream_t stream)
+{
+    fa2_limits l;
+    char why[256];
+    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    const Plan plan = choose_plan<T, D>(p, &l);
+    return plan.layout == SMALL_LAYOUT ? launch_with<T, D, SmallLayout<D>>(p, plan, stream)
+                                       : launch_with<T, D, LargeLayout<D>>(p, plan, stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -689,37 +771,51 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
     if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
-    if (p->heads_kv > 65535 || p->batch > 65535) {
-        if (why) snprintf(why, why_len, "heads_kv %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_kv, p->batch);
-        return 0;
-    }
-    // Packed rows are ints, and the grid's x is query tiles x splits.
-    if ((long long)p->heads_q / p->heads_kv * p->seqlen_q > INT_MAX - BLOCK_M || m_blocks_of(p) * max_splits(p) > INT_MAX) {
-        if (why) snprintf(why, why_len, "heads_q / heads_kv x seqlen_q = %lld (allowed: at most 2^31 - 1 - %d packed rows, whose query tiles x splits fit the grid's x)",
+    // Packed rows are ints, and the grid's x is batch x kv heads x query tiles x splits.
+    if ((long long)p->heads_q / p->heads_kv * p->seqlen_q > INT_MAX - BLOCK_M) {
+        if (why) snprintf(why, why_len, "heads_q / heads_kv x seqlen_q = %lld (allowed: at most 2^31 - 1 - %d packed rows)",
                           (long long)p->heads_q / p->heads_kv * p->seqlen_q, BLOCK_M);
         return 0;
     }
-    return fa2_validate_workspace(p, fa2_workspace_size(p), why, why_len);
+    if (base_blocks_of(p) * max_splits(p) > INT_MAX) {
+        if (why) snprintf(why, why_len, "batch x heads_kv x query tiles x splits = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)",
+                          base_blocks_of(p) * max_splits(p));
+        return 0;
+    }
+    if (!fa2_validate_workspace(p, fa2_workspace_size(p), why, why_len)) return 0;
+    // The smaller layout must fit the GPU's shared memory per block.
+    char what[32];
+    snprintf(what, sizeof what, "head_dim %d", p->head_dim);
+    return fa2_limits_check_smem(p->head_dim == 64 ? SmallLayout<64>::BYTES : SmallLayout<128>::BYTES, what, why, why_len);
 }
 
-enum { ONE_SPLIT = 0, SPLIT_AND_COMBINE = 1, CONFIGS = 2 };
+// Configurations: the layout, and one split or several (+ combine).
+enum { CONFIGS = 2 * LAYOUTS };
 extern "C" int fa2_config_count(void) { return CONFIGS; }
+
+extern "C" int fa2_config_smem(const fa2_params *p, int config)
+{
+    if (config < 0 || config >= CONFIGS) return -1;
+    const bool d64 = p->head_dim == 64;
+    if (config / 2 == LARGE_LAYOUT) return d64 ? LargeLayout<64>::BYTES : LargeLayout<128>::BYTES;
+    return d64 ? SmallLayout<64>::BYTES : SmallLayout<128>::BYTES;
+}
 
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    Plan plan;
-    const cudaError_t err = p->dtype == FA2_FP16 ? (p->head_dim == 64 ? choose_splits<__half, 64>(p, &plan) : choose_splits<__half, 128>(p, &plan))
-                                                 : (p->head_dim == 64 ? choose_splits<__nv_bfloat16, 64>(p, &plan) : choose_splits<__nv_bfloat16, 128>(p, &plan));
-    if (err != cudaSuccess) {
-        cudaGetLastError();  // leave no error behind for the caller
-        snprintf(what, what_len, "no GPU answers (%s): the split count depends on its SM count", cudaGetErrorString(err));
+    fa2_limits l;
+    if (fa2_limits_get(&l, what, what_len) != FA2_LIMITS_OK) return -1;  // the choice depends on the GPU's limits
+    const Plan plan = plan_of(p, &l);
+    if (plan.layout < 0) {
+        snprintf(what, what_len, "no layout fits %s", l.name);
         return -1;
     }
-    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile: %d split%s of %d key tile%s, %lld blocks, %d per SM on %d SMs",
-             BLOCK_M, WARPS, BLOCK_N, plan.splits, plan.splits > 1 ? "s + combine" : "", key_tiles_of(p), key_tiles_of(p) > 1 ? "s" : "",
-             plan.base_blocks * plan.splits, plan.blocks_per_sm, plan.sm_count);
-    return plan.splits > 1 ? SPLIT_AND_COMBINE : ONE_SPLIT;
+    const int tiles = key_tiles_of(p, plan.block_n);
+    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s, %lld blocks, %d per SM on %d SMs",
+             BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s + combine" : "", tiles,
+             tiles > 1 ? "s" : "", plan.base_blocks * plan.splits, plan.blocks_per_sm, plan.sm_count);
+    return 2 * plan.layout + (plan.splits > 1);
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
