@@ -6,18 +6,24 @@ CC         ?= gcc
 BUILD      := build
 PYTHON     ?= python3
 
-# GPU architecture: the first GPU's compute capability (ARCH=90 to override);
-# with no GPU, build for every sm_80+ family so the steps still compile.
+# GPU architecture: the first GPU's compute capability (ARCH=90 to override, ARCH=120 for
+# an RTX 50xx; README "Building for your GPU" lists the toolkit each needs); with no GPU,
+# build for every sm_80+ family so the steps still compile.
 ARCH       ?= $(shell nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n1 | tr -d ' .')
 ARCHS      := $(if $(strip $(ARCH)),$(ARCH),80 86 89 90)
-GENCODE    := $(foreach a,$(ARCHS),-gencode arch=compute_$(a),code=sm_$(a))
+# SASS runs only on its own family (and newer minors of it): the PTX of the highest
+# arch rides along, so the driver can JIT it on a GPU newer than all of them (sm_100, sm_120).
+ARCH_PTX   := $(shell printf '%s\n' $(ARCHS) | sort -n | tail -n 1)
+GENCODE    := $(foreach a,$(ARCHS),-gencode arch=compute_$(a),code=sm_$(a)) \
+              -gencode arch=compute_$(ARCH_PTX),code=compute_$(ARCH_PTX)
 
 CFLAGS     := -O2 -std=c11 -D_POSIX_C_SOURCE=200809L -Wall -Wextra -fPIC -fopenmp -I$(CUDA)/include
 NVCC_OPTS  := -O3 -std=c++17 -lineinfo -Xcompiler -fPIC,-Wall
 NVCCFLAGS  := $(NVCC_OPTS) $(GENCODE)
 # The Hopper steps use instructions that exist only in the target sm_90a (wgmma,
 # setmaxnreg): they are always built for that target alone, whatever ARCH says, and
-# on any other GPU they refuse to run, in one line. (`make hopper-steps` lists them.)
+# on any other GPU they refuse to run, in one line. (`make hopper-steps` lists them;
+# `make portable-steps` the others, built for ARCH.)
 HOPPER_STEPS   := 08 09 10 11
 GENCODE_HOPPER := -gencode arch=compute_90a,code=sm_90a
 step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(GENCODE))
@@ -32,6 +38,7 @@ $(NVCC_STAMP):
 STEP_DIRS  := $(sort $(wildcard steps/[0-9][0-9]_*))
 STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
 GPU_IDS    := $(filter-out 00,$(STEP_IDS))
+PORTABLE_IDS := $(filter-out $(HOPPER_STEPS),$(GPU_IDS))
 
 HARNESS    := cli data reference check buffers device util validate limits
 # What a GPU step's shared library links besides its kernel: the ABI's shared checks
@@ -42,7 +49,7 @@ HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 step       ?=
 STEP_DIR    = $(wildcard steps/$(step)_*)
 
-.PHONY: help all run diff info profile sanitize test clean check-step harness variant hopper-steps
+.PHONY: help all run diff info profile sanitize test clean check-step harness variant hopper-steps portable-steps
 .DEFAULT_GOAL := help
 
 help:
@@ -59,12 +66,16 @@ help:
 	@echo "make test                     CPU tests, every step's build, and the GPU matrix on a GPU"
 	@echo "make clean                    remove build/"
 	@echo "steps: $(notdir $(STEP_DIRS))"
-	@echo "ARCH: $(ARCHS) (override with ARCH=90)"
+	@echo "ARCH: $(ARCHS), PTX for compute_$(ARCH_PTX) (override: ARCH=90, ARCH=120...; steps $(HOPPER_STEPS): sm_90a only)"
 
 all: $(foreach i,$(STEP_IDS),$(BUILD)/step$(i)/fa2 $(BUILD)/step$(i)/libfa2.so) test-programs reference-programs
 
 hopper-steps:
 	@echo $(HOPPER_STEPS)
+
+# the GPU steps built for ARCH (tests/run.sh builds them for another ARCH too)
+portable-steps:
+	@echo $(PORTABLE_IDS)
 
 check-step:
 	@if [ -z "$(step)" ] || [ -z "$(STEP_DIR)" ]; then \
@@ -167,7 +178,7 @@ plots: $(filter .venv/bin/python,$(PLOT_PYTHON))
 .PHONY: reference-programs
 reference-programs: $(REFERENCE_TARGETS)
 
-TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_checker $(BUILD)/tests/test_abi $(BUILD)/tests/gpu_matrix
+TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_checker $(BUILD)/tests/test_abi $(BUILD)/tests/test_limits $(BUILD)/tests/gpu_matrix
 .PHONY: test-programs
 test-programs: $(TEST_PROGRAMS)
 
@@ -180,6 +191,10 @@ $(BUILD)/tests/test_checker: tests/test_checker.c $(HARNESS_O) common/*.h tests/
 	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
 
 $(BUILD)/tests/test_abi: tests/test_abi.c $(HARNESS_O) common/*.h tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
+
+$(BUILD)/tests/test_limits: tests/test_limits.c $(HARNESS_O) common/*.h tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(HARNESS_O) $(CUDA_LIBS) -o $@
 

@@ -191,6 +191,8 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 }
 
 extern "C" int fa2_config_count(void) { return 1; }
+// Only the softmax kernel's static per-warp max and sum: cuBLAS sizes its own GEMM tiles.
+extern "C" int fa2_config_smem(const fa2_params *, int config) { return config == 0 ? (int)(2 * (SOFTMAX_THREADS / 32) * sizeof(float)) : -1; }
 
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {

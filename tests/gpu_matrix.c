@@ -30,6 +30,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/limits.h"
 #include "test_util.h"
 
 typedef struct {
@@ -53,6 +54,7 @@ typedef struct {
     int nan_row, nan_col;
     int no_lse, on_stream;
     int may_refuse;    /* a step may refuse it (alignment, or its workspace limit), in one line */
+    const char *preset; /* FA2_EMULATE for this case (NULL: this GPU's own limits) */
     int rescale_probe; /* the inputs must move some row's running max by > 2^8 after its first key tile */
 } test_case;
 
@@ -189,7 +191,8 @@ static void case_name(char *name, size_t len, const test_case *c, const fa2_para
     if (c->softmax_scale) n += snprintf(name + n, len - n, " softmax_scale %g", (double)p->softmax_scale);
     if (c->nan) n += snprintf(name + n, len - n, " %s %d", nan_site_names[c->nan], c->nan_row);
     if (c->no_lse) n += snprintf(name + n, len - n, " lse=NULL");
-    if (c->on_stream) snprintf(name + n, len - n, " non-default stream");
+    if (c->on_stream) n += snprintf(name + n, len - n, " non-default stream");
+    if (c->preset) snprintf(name + n, len - n, " as %s", c->preset);
 }
 
 /* Writes outside O's elements: every element of the host copy of O's allocation
@@ -247,8 +250,17 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     p.batch = c->batch, p.heads_q = c->hq, p.heads_kv = c->hkv, p.seqlen_q = c->nq, p.seqlen_k = c->nk;
     p.head_dim = c->d, p.causal = c->causal, p.dtype = c->t;
     p.softmax_scale = c->softmax_scale ? c->softmax_scale : 1.0f / sqrtf((float)c->d);
-    char name[256], why[512], config[192];
+    char name[256], why[512], config[256];
     case_name(name, sizeof name, c, &p);
+    /* Every step reads FA2_EMULATE at each call (common/limits.h), so one process can
+     * take each case under another GPU's limits. */
+    if (c->preset) setenv("FA2_EMULATE", c->preset, 1);
+    else unsetenv("FA2_EMULATE");
+    fa2_limits limits;
+    if (fa2_limits_get(&limits, why, sizeof why) != FA2_LIMITS_OK) {
+        report(0, why, "%s: the limits", name);
+        return;
+    }
 
     /* A case that cannot fit on this GPU says so: Q, K, V, O and LSE, and the unfused
      * baseline's workspace (6 bytes a score, up to its 16 GiB limit of S). */
@@ -346,10 +358,21 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
         if (!st->abi.supports(&run, why, sizeof why)) {
             const int one_line = why[0] && !strchr(why, '\n');
-            report(c->may_refuse && one_line, why, "%s %s: refused: %s", st->abi.name(), name, why);
+            /* a step built for one GPU family refuses the others' presets */
+            const int other_family = c->preset && strstr(why, "compute capability");
+            report((c->may_refuse || other_family) && one_line, why, "%s %s: refused: %s", st->abi.name(), name, why);
             continue;
         }
         const int config_index = st->abi.config(&run, config, sizeof config);
+        /* What the launch asks for must fit the GPU (or the emulated one): on the H100 a
+         * preset's oversized request would still run, so this is where it is caught. */
+        const int smem = config_index >= 0 ? st->abi.config_smem(&run, config_index) : -1;
+        if (config_index < 0 || smem < 0 || smem > limits.smem_per_block) {
+            snprintf(why, sizeof why, "configuration %d asks for %d bytes of shared memory per block, %s allows %d",
+                     config_index, smem, limits.name, limits.smem_per_block);
+            report(0, why, "%s %s {%s}", st->abi.name(), name, config);
+            continue;
+        }
         int rc = st->abi.forward(&run, stream);
         if (rc) {
             snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
@@ -404,6 +427,20 @@ static test_case shape(int batch, int hq, int hkv, int nq, int nk, int d, int ca
     return c;
 }
 
+/* A shape for the tile configurations a step chooses by grid size, on a GPU of sm_count
+ * SMs: `large` 0 gives a grid of at most one 128-row block per SM (batch 1, 256 rows: 2
+ * blocks per head), 1 one of more than two per SM (batch 2, 300 rows: 3 per head).
+ * Peaky inputs (the O rescale runs), GQA 3. */
+static int config_heads(int sm_count) { return 6 * (sm_count / 12 > 1 ? sm_count / 12 : 1); }
+static long long config_blocks(int sm_count, int large) { return (large ? 2LL * 3 : 2LL) * config_heads(sm_count); }
+static test_case config_case(int sm_count, int large, int d, int causal, fa2_dtype t)
+{
+    const int heads = config_heads(sm_count);
+    test_case c = shape(large ? 2 : 1, heads, heads / 3, large ? 300 : 256, 1000, d, causal, t);
+    c.input_scale = 4.0f, c.rescale_probe = 1;
+    return c;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -446,13 +483,13 @@ int main(int argc, char **argv)
             }
     /* The tile configurations: a grid of at most as many 128-row blocks as SMs, and one
      * of three times as many; peaky inputs, GQA 3. */
-    const int heads = 6 * (dev.sm_count / 12 > 1 ? dev.sm_count / 12 : 1);
+    fa2_limits gpu;
+    if (fa2_limits_get(&gpu, NULL, 0) != FA2_LIMITS_OK) gpu.sm_count = dev.sm_count;
     for (int large = 0; large < 2; large++)
         for (int d = 64; d <= 128; d += 64)
             for (int t = 0; t < 2; t++)
                 for (int causal = 0; causal < 2; causal++) {
-                    test_case c = shape(large ? 2 : 1, heads, heads / 3, large ? 300 : 256, 1000, d, causal, (fa2_dtype)t);
-                    c.input_scale = 4.0f, c.rescale_probe = 1;
+                    test_case c = config_case(gpu.sm_count, large, d, causal, (fa2_dtype)t);
                     run_case(steps, nsteps, &c);
                 }
     /* Scores in the thousands. */
@@ -552,6 +589,58 @@ int main(int argc, char **argv)
             run_case(steps, nsteps, &c);
             c.nan = NAN_V_ELEMENT, c.nan_row = 4095, c.nan_col = 7;
             run_case(steps, nsteps, &c);
+        }
+    }
+
+    /* Batch and heads past the grid's y and z limit (65,535), tiny seqlens. */
+    {
+        test_case c = shape(70000, 2, 1, 3, 5, 64, 1, BF16);
+        run_case(steps, nsteps, &c);
+        c = shape(1, 70000, 70000, 2, 3, 128, 0, FP16);
+        run_case(steps, nsteps, &c);
+    }
+
+    /* Every preset of common/limits.c: the shapes that reach each configuration a step can
+     * choose there (sized from the preset's SM count), the harness's default shape, and
+     * decode with one and with several splits. The kernels run on this GPU; every
+     * decision, and the shared memory each launch asks for, is the preset's. */
+    for (int i = 0; i < fa2_limits_preset_count(); i++) {
+        const char *preset = fa2_limits_preset_name(i);
+        setenv("FA2_EMULATE", preset, 1);
+        fa2_limits pl;
+        fa2_limits_get(&pl, NULL, 0);
+        for (int large = 0; large < 2; large++)
+            for (int d = 64; d <= 128; d += 64)
+                for (int causal = 0; causal < 2; causal++) {
+                    test_case c = config_case(pl.sm_count, large, d, causal, causal ? BF16 : FP16);
+                    c.preset = preset;
+                    run_case(steps, nsteps, &c);
+                }
+        test_case pc[] = {shape(2, 8, 8, 1024, 1024, 128, 0, FP16), shape(1, 32, 8, 1, 8191, 128, 0, BF16),
+                          shape(1, 32, 8, 1, 8191, 64, 0, FP16), shape(2, 32, 8, 4, 4099, 128, 1, BF16),
+                          shape(8, 32, 8, 1, 2000, 64, 0, BF16)};
+        for (size_t k = 0; k < sizeof pc / sizeof *pc; k++) {
+            pc[k].preset = preset;
+            run_case(steps, nsteps, &pc[k]);
+        }
+    }
+    unsetenv("FA2_EMULATE");
+    /* The configuration shapes do what they say for every SM count the presets have, for
+     * this GPU's, and for small GPUs (28 SMs: an RTX 3060; 48: a DGX Spark). */
+    {
+        int counts[32], n = 0;
+        counts[n++] = 28, counts[n++] = 48, counts[n++] = gpu.sm_count;
+        for (int i = 0; i < fa2_limits_preset_count(); i++) {
+            setenv("FA2_EMULATE", fa2_limits_preset_name(i), 1);
+            fa2_limits pl;
+            fa2_limits_get(&pl, NULL, 0);
+            counts[n++] = pl.sm_count;
+        }
+        unsetenv("FA2_EMULATE");
+        for (int i = 0; i < n; i++) {
+            const long long small = config_blocks(counts[i], 0), large = config_blocks(counts[i], 1);
+            report(small <= counts[i] && large > 2LL * counts[i], "", "configuration shapes for %d SMs: %lld blocks <= %d, %lld > 2 x %d",
+                   counts[i], small, counts[i], large, counts[i]);
         }
     }
 
