@@ -27,6 +27,7 @@
  * must stay poisoned.
  * Without a usable GPU it prints one SKIP line per step and exits 0. */
 #include <math.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -483,6 +484,7 @@ int main(int argc, char **argv)
             }
     /* The tile configurations: a grid of at most as many 128-row blocks as SMs, and one
      * of three times as many; peaky inputs, GQA 3. */
+    unsetenv("FA2_EMULATE"); /* the GPU's own limits; the preset cases set their own */
     fa2_limits gpu;
     if (fa2_limits_get(&gpu, NULL, 0) != FA2_LIMITS_OK) gpu.sm_count = dev.sm_count;
     for (int large = 0; large < 2; large++)
@@ -625,6 +627,61 @@ int main(int argc, char **argv)
         }
     }
     unsetenv("FA2_EMULATE");
+    /* The preset of this GPU (the one whose numbers are this GPU's) takes every decision
+     * the GPU itself takes: its row of published limits matches the device attributes, and
+     * the occupancy arithmetic the steps use under a preset matches the runtime's query
+     * they use on the GPU (each decision line names the blocks per SM). */
+    {
+        const char *own = NULL;
+        for (int i = 0; i < fa2_limits_preset_count() && !own; i++) {
+            setenv("FA2_EMULATE", fa2_limits_preset_name(i), 1);
+            fa2_limits pl;
+            fa2_limits_get(&pl, NULL, 0);
+            if (pl.cc_major == gpu.cc_major && pl.cc_minor == gpu.cc_minor && pl.sm_count == gpu.sm_count &&
+                pl.smem_per_block == gpu.smem_per_block) {
+                own = fa2_limits_preset_name(i);
+                char why[256];
+                snprintf(why, sizeof why, "preset: smem/SM %d reserved %d regs %d threads %d blocks %d; GPU: %d %d %d %d %d",
+                         pl.smem_per_sm, pl.smem_reserved_per_block, pl.regs_per_sm, pl.threads_per_sm, pl.blocks_per_sm,
+                         gpu.smem_per_sm, gpu.smem_reserved_per_block, gpu.regs_per_sm, gpu.threads_per_sm, gpu.blocks_per_sm);
+                report(pl.smem_per_sm == gpu.smem_per_sm && pl.smem_reserved_per_block == gpu.smem_reserved_per_block &&
+                       pl.regs_per_sm == gpu.regs_per_sm && pl.threads_per_sm == gpu.threads_per_sm && pl.blocks_per_sm == gpu.blocks_per_sm,
+                       why, "preset %s is this GPU's limits (%s)", own, dev.name);
+            }
+        }
+        unsetenv("FA2_EMULATE");
+        if (!own) printf("SKIP no preset describes %s: its decisions under emulation are not compared with its own\n", dev.name);
+        for (int st = 0; own && st < nsteps; st++) {
+            int same = 0, n = 0;
+            char detail[600] = "";
+            for (int large = 0; large < 2; large++)
+                for (int d = 64; d <= 128; d += 64)
+                    for (int t = 0; t < 2; t++) {
+                        const test_case cs[] = {config_case(gpu.sm_count, large, d, t, (fa2_dtype)t), shape(1 + 7 * large, 32, 8, 1, 8192, d, 0, (fa2_dtype)t)};
+                        for (int k = 0; k < 2; k++) {
+                            fa2_params p = {0};
+                            p.batch = cs[k].batch, p.heads_q = cs[k].hq, p.heads_kv = cs[k].hkv, p.seqlen_q = cs[k].nq, p.seqlen_k = cs[k].nk;
+                            p.head_dim = cs[k].d, p.causal = cs[k].causal, p.dtype = cs[k].t, p.softmax_scale = 0.125f;
+                            fa2_set_dense_strides(&p);
+                            /* never dereferenced: fa2_config reads the params alone */
+                            p.q = (const void *)((uintptr_t)1 << 40), p.k = (const void *)((uintptr_t)2 << 40);
+                            p.v = (const void *)((uintptr_t)3 << 40), p.o = (void *)((uintptr_t)4 << 40);
+                            p.workspace_bytes = steps[st].abi.workspace_size(&p);
+                            p.workspace = p.workspace_bytes ? (void *)((uintptr_t)5 << 40) : NULL;
+                            char real[256], emulated[256];
+                            const int a = steps[st].abi.config(&p, real, sizeof real);
+                            setenv("FA2_EMULATE", own, 1);
+                            const int b = steps[st].abi.config(&p, emulated, sizeof emulated);
+                            unsetenv("FA2_EMULATE");
+                            n++;
+                            if (a == b && !strcmp(real, emulated)) same++;
+                            else snprintf(detail, sizeof detail, "d%d B%d H%d Nq%d: GPU {%s}, %s {%s}", p.head_dim, p.batch, p.heads_q, p.seqlen_q, real, own, emulated);
+                        }
+                    }
+            report(same == n, detail, "%s: under FA2_EMULATE=%s it decides as on the GPU itself, blocks per SM included (%d of %d shapes)",
+                   steps[st].abi.name(), own, same, n);
+        }
+    }
     /* The configuration shapes do what they say for every SM count the presets have, for
      * this GPU's, and for small GPUs (28 SMs: an RTX 3060; 48: a DGX Spark). */
     {

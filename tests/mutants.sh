@@ -14,12 +14,15 @@ mutants=(
   "07|no_lazy_rescale|__any_sync(0xffffffffu, grown)|nb == 0"
   "07|nan_lse_as_no_key|l_run[mt][r] != 0.0f ? (m_run|l_run[mt][r] > 0.0f ? (m_run"
   "07|o_rows_past_seqlen|if (m0 + row < p.seqlen_q)|if (true)"
-  "07|default_stream|<<<grid, C::THREADS, smem_bytes, stream>>>|<<<grid, C::THREADS, smem_bytes, 0>>>"
-  "07|small_grid_never|*config = *blocks <= *sm_count ? SMALL_GRID : LARGE_GRID;|*config = LARGE_GRID;"
+  "07|default_stream|C::THREADS, smem_bytes, stream>>>|C::THREADS, smem_bytes, 0>>>"
+  "07|small_grid_never|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else if (false) c.config = SMALL_GRID;"
+  "07|oversized_for_99kb|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else c.config = SMALL_GRID;"
+  "07|head_order|h = blockIdx.x / m_blocks % p.heads_q|h = blockIdx.x % p.heads_q"
   "12|combine_unnormalised|exp2_approx((weight[s] - lse) * LOG2E)|exp2_approx((weight[s] - shift) * LOG2E)"
   "12|warps_unweighted|weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));|weight[w] = m_merge[w][row] == -INFINITY ? 0.0f : 1.0f;"
   "12|splits_overlap|tile_hi = min(n_tiles, tile_lo + tiles_per_split)|tile_hi = min(n_tiles, tile_lo + tiles_per_split + 1)"
   "12|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
+  "12|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
 )
 make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
 libs=()

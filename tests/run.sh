@@ -192,6 +192,14 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
       bash tools/sanitize.sh "$(dirname "$lib")/fa2" >"$LOG/sanitize-$(basename "$(dirname "$lib")").log" 2>&1 &
       sanitize_pids+=($!)
     done
+    # and every portable step under every FA2_EMULATE preset (the list the harness's --help
+    # prints), on the shapes that reach each configuration a step can choose there
+    portable=$(make -s --no-print-directory portable-steps)
+    for preset in $(build/step00/fa2 --help | sed -n 's/^FA2_EMULATE presets: //p' | tr -d ','); do
+      ( for id in $portable; do FA2_EMULATE=$preset bash tools/sanitize.sh "build/step$id/fa2" preset; done
+      ) >"$LOG/sanitize-preset-$preset.log" 2>&1 &
+      sanitize_pids+=($!)
+    done
   else
     result SKIP "compute-sanitizer" "not found: it ships with the CUDA Toolkit (or set COMPUTE_SANITIZER=...)"
   fi

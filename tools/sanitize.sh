@@ -2,7 +2,9 @@
 # make step=NN sanitize (and make test on a GPU): compute-sanitizer's four tools
 # (memcheck, racecheck, synccheck, initcheck) on the shapes below, each line naming
 # the tile configuration that ran. Passes only if every run reports 0 errors.
-# usage: bash tools/sanitize.sh BINARY
+# usage: bash tools/sanitize.sh BINARY [preset]
+#   preset: fewer shapes, those that reach each configuration a step can choose under
+#   an FA2_EMULATE preset (make test runs every portable step so under every preset).
 set -uo pipefail
 bin=$1
 CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
@@ -21,6 +23,16 @@ shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
         "--batch 2 --heads 80 --kv-heads 20 --seqlen-q 300 --seqlen-k 260 --dim 64 --causal"
         "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 64"
         "--batch 1 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --dim 128 --causal --dtype bf16")
+# Under a preset: a grid of at most one block per SM at d128 (the 8-warp configurations
+# of step 07, 128 or 64 keys per tile), one of more blocks than any preset has SMs at d64
+# (two blocks per SM), and decode at both head dims (step 12's layout for the preset's
+# shared memory, split and merged).
+if [ "${2:-}" = preset ]; then
+  shapes=("--batch 1 --heads 6 --kv-heads 2 --seqlen 256 --dim 128 --scale 4"
+          "--batch 2 --heads 96 --kv-heads 32 --seqlen 200 --dim 64 --causal"
+          "--batch 1 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --dim 128 --causal --dtype bf16"
+          "--batch 2 --heads 8 --kv-heads 8 --seqlen-q 1 --seqlen-k 2000 --dim 64")
+fi
 failed=0
 for tool in memcheck racecheck synccheck initcheck; do
   for shape in "${shapes[@]}"; do
@@ -29,8 +41,8 @@ for tool in memcheck racecheck synccheck initcheck; do
     rc=$?
     summary=$(echo "$out" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -n 1)
     config=$(echo "$out" | grep -o '\[[^]]*\]' | head -n 1)
-    if [ $rc -eq 0 ]; then echo "PASS $tool $(basename "$(dirname "$bin")") $shape $config: ${summary:-no errors}"
-    else failed=$((failed + 1)); echo "FAIL $tool $(basename "$(dirname "$bin")") $shape $config (exit $rc): ${summary}"; echo "$out" | grep -m 5 -E "=========|error" ; fi
+    if [ $rc -eq 0 ]; then echo "PASS $tool $(basename "$(dirname "$bin")")${FA2_EMULATE:+ as $FA2_EMULATE} $shape $config: ${summary:-no errors}"
+    else failed=$((failed + 1)); echo "FAIL $tool $(basename "$(dirname "$bin")")${FA2_EMULATE:+ as $FA2_EMULATE} $shape $config (exit $rc): ${summary}"; echo "$out" | grep -m 5 -E "=========|error" ; fi
   done
 done
 [ $failed -eq 0 ]
