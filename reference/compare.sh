@@ -59,6 +59,12 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 slug=$(printf '%s' "$gpu" | tr '[:upper:]' '[:lower:]' | sed -e 's/[^a-z0-9][^a-z0-9]*/-/g' -e 's/^-//' -e 's/-$//')
+# Under FA2_EMULATE the steps decide as on the preset's GPU and run on this one: the files
+# say so in their name (and every harness row names the preset in its device column).
+if [ -n "${FA2_EMULATE:-}" ]; then
+  echo "== FA2_EMULATE=$FA2_EMULATE: every step takes its decisions from the limits of $FA2_EMULATE (common/limits.c); the timings are this GPU's, $gpu"
+  slug=$slug-as-$FA2_EMULATE
+fi
 today=$(date -u +%F)  # UTC, as the harness dates its rows
 mkdir -p results
 run_name=$slug-$today
@@ -145,7 +151,7 @@ for shape in "${shapes[@]}"; do
 done
 
 echo
-echo "== $gpu, $today: $runs runs ($ROUNDS rounds), $failed failed, $unsupported unsupported; rows in $csv"
+echo "== $gpu${FA2_EMULATE:+ as $FA2_EMULATE}, $today: $runs runs ($ROUNDS rounds), $failed failed, $unsupported unsupported; rows in $csv"
 awk -v mode=text -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" \
     -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
 [ $failed -eq 0 ]
