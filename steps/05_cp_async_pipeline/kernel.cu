@@ -30,11 +30,13 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <type_traits>
 
 #include "../../common/fa2.h"
+#include "../../common/limits.h"
 #include "../../common/validate.h"
 
 constexpr int BLOCK_M = 64;  // query rows per block
@@ -170,7 +172,12 @@ __global__ void __launch_bounds__(THREADS) fa2_mma_kernel(fa2_params p)
     uint16_t(*k_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + BLOCK_M * D);  // [STAGES][BLOCK_N][D]
     uint16_t(*v_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + (BLOCK_M + STAGES * BLOCK_N) * D);
 
-    const int m0 = blockIdx.x * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
+    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
+    // can pass that. Query tiles run fastest, so the blocks of one head still start
+    // together, as they did on a (tile, head, batch) grid.
+    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
+    const int m_block = blockIdx.x % m_blocks, h = blockIdx.x / m_blocks % p.heads_q, b = blockIdx.x / m_blocks / p.heads_q;
+    const int m0 = m_block * BLOCK_M;
     const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
@@ -328,13 +335,22 @@ __global__ void __launch_bounds__(THREADS) fa2_mma_kernel(fa2_params p)
 
 // ---- launcher and ABI --------------------------------------------------------
 
+// A block's shared memory: Q [BLOCK_M][D], and STAGES buffers each of K and V [BLOCK_N][D].
+template <int D>
+constexpr int smem_bytes_of() { return (BLOCK_M + 2 * STAGES * BLOCK_N) * D * 2; }
+
+// One block per (query tile, head, batch), all along the grid's x (the kernel says why).
+static long long grid_blocks(const fa2_params *p)
+{
+    return (long long)((p->seqlen_q + BLOCK_M - 1) / BLOCK_M) * p->heads_q * p->batch;
+}
+
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    const int smem_bytes = (BLOCK_M + 2 * STAGES * BLOCK_N) * D * 2;
+    constexpr int smem_bytes = smem_bytes_of<D>();
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    dim3 grid((p->seqlen_q + BLOCK_M - 1) / BLOCK_M, p->heads_q, p->batch);
-    fa2_mma_kernel<T, D><<<grid, THREADS, smem_bytes, stream>>>(*p);
+    fa2_mma_kernel<T, D><<<(unsigned)grid_blocks(p), THREADS, smem_bytes, stream>>>(*p);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -348,20 +364,28 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
     if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
-    if (p->heads_q > 65535 || p->batch > 65535) {
-        if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
+    if (grid_blocks(p) > INT_MAX) {
+        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
         return 0;
     }
-    return 1;
+    // Last, the device: the tiles' shared memory must fit what the GPU lets one block have.
+    char what[32];
+    snprintf(what, sizeof what, "head_dim %d", p->head_dim);
+    return fa2_limits_check_smem(fa2_config_smem(p, 0), what, why, why_len);
 }
 
 extern "C" int fa2_config_count(void) { return 1; }
 
+extern "C" int fa2_config_smem(const fa2_params *p, int config)
+{
+    if (config != 0) return -1;
+    return p->head_dim == 64 ? smem_bytes_of<64>() : smem_bytes_of<128>();
+}
+
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    snprintf(what, what_len, "%d query rows x %d keys, %d warps, %lld blocks", BLOCK_M, BLOCK_N, WARPS,
-             (long long)((p->seqlen_q + BLOCK_M - 1) / BLOCK_M) * p->heads_q * p->batch);
+    snprintf(what, what_len, "%d query rows x %d keys, %d warps, %lld blocks", BLOCK_M, BLOCK_N, WARPS, grid_blocks(p));
     return 0;
 }
 

@@ -34,11 +34,13 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <type_traits>
 
 #include "../../common/fa2.h"
+#include "../../common/limits.h"
 #include "../../common/validate.h"
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -547,9 +549,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const Barriers<C> bars{smem + L::BARRIERS};
 
     BlockWork w;
+    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
+    // can pass that. Query tiles run fastest, so the blocks of one head still start
+    // together, as they did on a (tile, head, batch) grid.
+    const int m_blocks = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M;
     // Causal blocks near the end of the sequence see the most keys: start them first.
-    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    w.m0 = m_block * C::BLOCK_M, w.h = blockIdx.y, w.b = blockIdx.z;
+    const int m_block = p.causal ? m_blocks - 1 - blockIdx.x % m_blocks : blockIdx.x % m_blocks;
+    w.m0 = m_block * C::BLOCK_M, w.h = blockIdx.x / m_blocks % p.heads_q, w.b = blockIdx.x / m_blocks / p.heads_q;
     w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
     w.shift = p.seqlen_k - p.seqlen_q;        // causal: row i sees keys j <= i + shift
     const int key_end = p.causal ? min(p.seqlen_k, max(0, w.m0 + C::BLOCK_M + w.shift)) : p.seqlen_k;
@@ -608,6 +614,13 @@ static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// One block per (query tile, head, batch), all along the grid's x (the kernel says why).
+static_assert(Config<64>::BLOCK_M == Config<128>::BLOCK_M, "both head dims' blocks cover the same query rows: one grid size serves both");
+static long long grid_blocks(const fa2_params *p)
+{
+    return (long long)((p->seqlen_q + Config<64>::BLOCK_M - 1) / Config<64>::BLOCK_M) * p->heads_q * p->batch;
+}
+
 template <typename T, int D, typename C>
 static int launch_with(const fa2_params *p, cudaStream_t stream)
 {
@@ -627,8 +640,7 @@ static int launch_with(const fa2_params *p, cudaStream_t stream)
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
-    fa2_wgmma_kernel<T, D, C><<<grid, C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
+    fa2_wgmma_kernel<T, D, C><<<(unsigned)grid_blocks(p), C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -637,25 +649,6 @@ template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
     return launch_with<T, D, Config<D>>(p, stream);
-}
-
-// The current GPU's compute capability as 10 major + minor, or 0 when no GPU
-// answers (then the harness says so itself). Asked once per process.
-static int gpu_compute_capability(void)
-{
-    static int cc = -1;
-    if (cc < 0) {
-        int device = 0, major = 0, minor = 0;
-        if (cudaGetDevice(&device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess) {
-            cc = 10 * major + minor;
-        } else {
-            cc = 0;
-            cudaGetLastError();  // leave no sticky error behind for the caller
-        }
-    }
-    return cc;
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -675,26 +668,43 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
             if (why) snprintf(why, why_len, "stride %lld (allowed: under 2^39 elements, 2^40 bytes, for TMA tensor maps)", (long long)strides[i]);
             return 0;
         }
-    if (p->heads_q > 65535 || p->batch > 65535) {
-        if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
+    if (grid_blocks(p) > INT_MAX) {
+        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
         return 0;
     }
-    const int cc = gpu_compute_capability();
-    if (cc != 0 && cc != 90) {
-        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma exists only in sm_90a, the Hopper target this step is built for)", cc / 10, cc % 10);
+    // Last, the device (common/limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
+    // nothing can launch, and the harness says so itself.
+    fa2_limits l;
+    char reason[256];
+    const int found = fa2_limits_get(&l, reason, sizeof reason);
+    if (found == FA2_LIMITS_BAD_PRESET) {
+        if (why) snprintf(why, why_len, "%s", reason);
         return 0;
     }
-    return 1;
+    if (found == FA2_LIMITS_NO_GPU) return 1;
+    if (l.cc_major != 9 || l.cc_minor != 0) {
+        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma exists only in sm_90a, the Hopper target this step is built for)", l.cc_major, l.cc_minor);
+        return 0;
+    }
+    // The block's tiles and barriers must fit the shared memory one block may have.
+    char what[32];
+    snprintf(what, sizeof what, "head_dim %d", p->head_dim);
+    return fa2_limits_check_smem(fa2_config_smem(p, 0), what, why, why_len);
 }
 
 extern "C" int fa2_config_count(void) { return 1; }
+
+extern "C" int fa2_config_smem(const fa2_params *p, int config)
+{
+    if (config != 0) return -1;
+    return p->head_dim == 64 ? (int)SmemLayout<64, Config<64>>::BYTES : (int)SmemLayout<128, Config<128>>::BYTES;
+}
 
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
     snprintf(what, what_len, "%d warpgroups (%d query rows), %d keys per tile, %d stages: %lld blocks", Config<64>::WARPGROUPS,
-             Config<64>::BLOCK_M, Config<64>::BLOCK_N, Config<64>::STAGES,
-             (long long)((p->seqlen_q + Config<64>::BLOCK_M - 1) / Config<64>::BLOCK_M) * p->heads_q * p->batch);
+             Config<64>::BLOCK_M, Config<64>::BLOCK_N, Config<64>::STAGES, grid_blocks(p));
     return 0;
 }
 

@@ -22,11 +22,13 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <type_traits>
 
 #include "../../common/fa2.h"
+#include "../../common/limits.h"
 #include "../../common/validate.h"
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -606,9 +608,13 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const Barriers<C> bars{smem + L::BARRIERS};
 
     BlockWork w;
+    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
+    // can pass that. Query tiles run fastest, so the blocks of one head still start
+    // together, as they did on a (tile, head, batch) grid.
+    const int m_blocks = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M;
     // Causal blocks near the end of the sequence see the most keys: start them first.
-    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
-    w.m0 = m_block * C::BLOCK_M, w.h = blockIdx.y, w.b = blockIdx.z;
+    const int m_block = p.causal ? m_blocks - 1 - blockIdx.x % m_blocks : blockIdx.x % m_blocks;
+    w.m0 = m_block * C::BLOCK_M, w.h = blockIdx.x / m_blocks % p.heads_q, w.b = blockIdx.x / m_blocks / p.heads_q;
     w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
     w.shift = p.seqlen_k - p.seqlen_q;        // causal: row i sees keys j <= i + shift
     const int key_end = p.causal ? min(p.seqlen_k, max(0, w.m0 + C::BLOCK_M + w.shift)) : p.seqlen_k;
@@ -673,6 +679,13 @@ static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
+// Blocks of `block_m` query rows: one per (query tile, head, batch), all along the
+// grid's x (the kernel says why).
+static long long grid_blocks(const fa2_params *p, int block_m)
+{
+    return (long long)((p->seqlen_q + block_m - 1) / block_m) * p->heads_q * p->batch;
+}
+
 template <typename T, int D, typename C>
 static int launch_with(const fa2_params *p, cudaStream_t stream)
 {
@@ -692,8 +705,7 @@ static int launch_with(const fa2_params *p, cudaStream_t stream)
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
-    fa2_wgmma_kernel<T, D, C><<<grid, C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
+    fa2_wgmma_kernel<T, D, C><<<(unsigned)grid_blocks(p, C::BLOCK_M), C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -701,43 +713,26 @@ static int launch_with(const fa2_params *p, cudaStream_t stream)
 // A launch takes LargeGridConfig when the grid has more 128-row blocks than the
 // GPU has SMs (the two configurations differ at d64 only).
 template <int D>
-static cudaError_t grid_is_large(const fa2_params *p, bool *large, long long *blocks, int *sm_count)
+static bool grid_is_large(const fa2_params *p, int sm_count)
 {
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device);
-    *blocks = (long long)((p->seqlen_q + SmallGridConfig<D>::BLOCK_M - 1) / SmallGridConfig<D>::BLOCK_M) * p->heads_q * p->batch;
-    *large = *blocks > *sm_count;
-    return err;
+    return grid_blocks(p, SmallGridConfig<D>::BLOCK_M) > sm_count;
+}
+
+// The shared memory a launch requests: launch_with's L::BYTES, of the configuration it takes.
+template <int D>
+static int smem_bytes(const fa2_params *p, int sm_count)
+{
+    return grid_is_large<D>(p, sm_count) ? SmemLayout<D, LargeGridConfig<D>>::BYTES : SmemLayout<D, SmallGridConfig<D>>::BYTES;
 }
 
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    bool large = false;
-    int sm_count = 0;
-    long long blocks = 0;
-    FA2_CUDA_TRY(grid_is_large<D>(p, &large, &blocks, &sm_count));
-    return large ? launch_with<T, D, LargeGridConfig<D>>(p, stream) : launch_with<T, D, SmallGridConfig<D>>(p, stream);
-}
-
-// The current GPU's compute capability as 10 major + minor, or 0 when no GPU
-// answers (then the harness says so itself). Asked once per process.
-static int gpu_compute_capability(void)
-{
-    static int cc = -1;
-    if (cc < 0) {
-        int device = 0, major = 0, minor = 0;
-        if (cudaGetDevice(&device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess) {
-            cc = 10 * major + minor;
-        } else {
-            cc = 0;
-            cudaGetLastError();  // leave no sticky error behind for the caller
-        }
-    }
-    return cc;
+    fa2_limits l;
+    char why[256];
+    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    return grid_is_large<D>(p, l.sm_count) ? launch_with<T, D, LargeGridConfig<D>>(p, stream)
+                                           : launch_with<T, D, SmallGridConfig<D>>(p, stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -757,16 +752,31 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
             if (why) snprintf(why, why_len, "stride %lld (allowed: under 2^39 elements, 2^40 bytes, for TMA tensor maps)", (long long)strides[i]);
             return 0;
         }
-    if (p->heads_q > 65535 || p->batch > 65535) {
-        if (why) snprintf(why, why_len, "heads_q %d, batch %d (allowed: at most 65535, the grid's y and z limit)", p->heads_q, p->batch);
+    // A grid of more blocks than a GPU has SMs takes LargeGridConfig, so its blocks are
+    // the ones that could pass the limit.
+    const long long blocks = p->head_dim == 64 ? grid_blocks(p, LargeGridConfig<64>::BLOCK_M) : grid_blocks(p, LargeGridConfig<128>::BLOCK_M);
+    if (blocks > INT_MAX) {
+        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", blocks);
         return 0;
     }
-    const int cc = gpu_compute_capability();
-    if (cc != 0 && cc != 90) {
-        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma and setmaxnreg exist only in sm_90a, the Hopper target this step is built for)", cc / 10, cc % 10);
+    // Last, the device (common/limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
+    // nothing can launch, and the harness says so itself.
+    fa2_limits l;
+    char reason[256];
+    const int found = fa2_limits_get(&l, reason, sizeof reason);
+    if (found == FA2_LIMITS_BAD_PRESET) {
+        if (why) snprintf(why, why_len, "%s", reason);
         return 0;
     }
-    return 1;
+    if (found == FA2_LIMITS_NO_GPU) return 1;
+    if (l.cc_major != 9 || l.cc_minor != 0) {
+        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma and setmaxnreg exist only in sm_90a, the Hopper target this step is built for)", l.cc_major, l.cc_minor);
+        return 0;
+    }
+    // The configuration the launch takes must fit the shared memory one block may have.
+    char what[32];
+    snprintf(what, sizeof what, "head_dim %d", p->head_dim);
+    return fa2_limits_check_smem(p->head_dim == 64 ? smem_bytes<64>(p, l.sm_count) : smem_bytes<128>(p, l.sm_count), what, why, why_len);
 }
 
 // The configurations, numbered by their consumer warpgroups: 0 for two, 1 for three.
@@ -775,23 +785,31 @@ static_assert(SmallGridConfig<64>::CONSUMERS == 2 && SmallGridConfig<128>::CONSU
               "fa2_config numbers the configurations by their consumer count, 2 or 3");
 extern "C" int fa2_config_count(void) { return 2; }
 
+extern "C" int fa2_config_smem(const fa2_params *p, int config)
+{
+    const bool d64 = p->head_dim == 64;
+    switch (config) {
+    case 0: return d64 ? (int)SmemLayout<64, SmallGridConfig<64>>::BYTES : (int)SmemLayout<128, SmallGridConfig<128>>::BYTES;
+    case 1: return d64 ? (int)SmemLayout<64, LargeGridConfig<64>>::BYTES : -1;  // three consumers: at d64 only
+    default: return -1;
+    }
+}
+
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    bool large = false;
-    int sm_count = 0;
-    long long blocks = 0;
-    const cudaError_t err = p->head_dim == 64 ? grid_is_large<64>(p, &large, &blocks, &sm_count)
-                                              : grid_is_large<128>(p, &large, &blocks, &sm_count);
-    if (err != cudaSuccess) {
-        cudaGetLastError();  // leave no error behind for the caller
-        snprintf(what, what_len, "no GPU answers (%s): the choice depends on its SM count", cudaGetErrorString(err));
+    fa2_limits l;
+    char reason[256];
+    if (fa2_limits_get(&l, reason, sizeof reason) != FA2_LIMITS_OK) {
+        snprintf(what, what_len, "%s: the choice depends on its SM count", reason);
         return -1;
     }
+    const bool large = p->head_dim == 64 ? grid_is_large<64>(p, l.sm_count) : grid_is_large<128>(p, l.sm_count);
+    const long long blocks = grid_blocks(p, SmallGridConfig<64>::BLOCK_M);
     const int consumers = p->head_dim == 64 ? (large ? LargeGridConfig<64>::CONSUMERS : SmallGridConfig<64>::CONSUMERS)
                                             : (large ? LargeGridConfig<128>::CONSUMERS : SmallGridConfig<128>::CONSUMERS);
     snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row blocks %s %d SMs",
-             consumers, consumers * WG_M, SmallGridConfig<64>::BLOCK_N, blocks, large ? ">" : "<=", sm_count);
+             consumers, consumers * WG_M, SmallGridConfig<64>::BLOCK_N, blocks, large ? ">" : "<=", l.sm_count);
     return consumers - 2;
 }
 

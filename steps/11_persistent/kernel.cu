@@ -33,6 +33,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
+#include "../../common/limits.h"
 #include "../../common/validate.h"
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -796,15 +797,6 @@ static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// The GPU's SM count: the most blocks a launch has.
-static cudaError_t gpu_sm_count(int *sm_count)
-{
-    int device = 0;
-    cudaError_t err = cudaGetDevice(&device);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(sm_count, cudaDevAttrMultiProcessorCount, device);
-    return err;
-}
-
 // Work items: q tiles of `block_m` rows x heads x batch (under 2^31: fa2_supports).
 static long long work_items(const fa2_params *p, int block_m)
 {
@@ -847,32 +839,22 @@ static bool takes_many_items_config(const fa2_params *p, int sm_count)
     return !p->causal && work_items(p, FewItemsConfig<D>::BLOCK_M) > sm_count;
 }
 
+// The shared memory a launch requests: launch_with's L::BYTES, of the configuration it takes.
+template <int D>
+static int smem_bytes(const fa2_params *p, int sm_count)
+{
+    return takes_many_items_config<D>(p, sm_count) ? SmemLayout<D, ManyItemsConfig<D>>::BYTES : SmemLayout<D, FewItemsConfig<D>>::BYTES;
+}
+
+// The SM count, the most blocks a launch has, is the GPU's (or FA2_EMULATE's: common/limits.h).
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
-    int sm_count = 0;
-    FA2_CUDA_TRY(gpu_sm_count(&sm_count));
-    return takes_many_items_config<D>(p, sm_count) ? launch_with<T, D, ManyItemsConfig<D>>(p, sm_count, stream)
-                                                   : launch_with<T, D, FewItemsConfig<D>>(p, sm_count, stream);
-}
-
-// The current GPU's compute capability as 10 major + minor, or 0 when no GPU
-// answers (then the harness says so itself). Asked once per process.
-static int gpu_compute_capability(void)
-{
-    static int cc = -1;
-    if (cc < 0) {
-        int device = 0, major = 0, minor = 0;
-        if (cudaGetDevice(&device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
-            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess) {
-            cc = 10 * major + minor;
-        } else {
-            cc = 0;
-            cudaGetLastError();  // leave no sticky error behind for the caller
-        }
-    }
-    return cc;
+    fa2_limits l;
+    char why[256];
+    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    return takes_many_items_config<D>(p, l.sm_count) ? launch_with<T, D, ManyItemsConfig<D>>(p, l.sm_count, stream)
+                                                     : launch_with<T, D, FewItemsConfig<D>>(p, l.sm_count, stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -898,12 +880,24 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
                           items, FewItemsConfig<64>::BLOCK_M);
         return 0;
     }
-    const int cc = gpu_compute_capability();
-    if (cc != 0 && cc != 90) {
-        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma and setmaxnreg exist only in sm_90a, the Hopper target this step is built for)", cc / 10, cc % 10);
+    // Last, the device (common/limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
+    // nothing can launch, and the harness says so itself.
+    fa2_limits l;
+    char reason[256];
+    const int found = fa2_limits_get(&l, reason, sizeof reason);
+    if (found == FA2_LIMITS_BAD_PRESET) {
+        if (why) snprintf(why, why_len, "%s", reason);
         return 0;
     }
-    return 1;
+    if (found == FA2_LIMITS_NO_GPU) return 1;
+    if (l.cc_major != 9 || l.cc_minor != 0) {
+        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma and setmaxnreg exist only in sm_90a, the Hopper target this step is built for)", l.cc_major, l.cc_minor);
+        return 0;
+    }
+    // The configuration the launch takes must fit the shared memory one block may have.
+    char what[32];
+    snprintf(what, sizeof what, "head_dim %d", p->head_dim);
+    return fa2_limits_check_smem(p->head_dim == 64 ? smem_bytes<64>(p, l.sm_count) : smem_bytes<128>(p, l.sm_count), what, why, why_len);
 }
 
 // The configurations, numbered by their consumer warpgroups: 0 for two, 1 for three.
@@ -913,22 +907,31 @@ static_assert(FewItemsConfig<64>::CONSUMERS == 2 && FewItemsConfig<128>::CONSUME
               "fa2_config numbers the configurations by their consumer count, 2 or 3; items are counted in 128-row tiles");
 extern "C" int fa2_config_count(void) { return 2; }
 
+extern "C" int fa2_config_smem(const fa2_params *p, int config)
+{
+    const bool d64 = p->head_dim == 64;
+    switch (config) {
+    case 0: return d64 ? (int)SmemLayout<64, FewItemsConfig<64>>::BYTES : (int)SmemLayout<128, FewItemsConfig<128>>::BYTES;
+    case 1: return d64 ? (int)SmemLayout<64, ManyItemsConfig<64>>::BYTES : -1;  // three consumers: at d64 only
+    default: return -1;
+    }
+}
+
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    int sm_count = 0;
-    const cudaError_t err = gpu_sm_count(&sm_count);
-    if (err != cudaSuccess) {
-        cudaGetLastError();  // leave no error behind for the caller
-        snprintf(what, what_len, "no GPU answers (%s): the choice depends on its SM count", cudaGetErrorString(err));
+    fa2_limits l;
+    char reason[256];
+    if (fa2_limits_get(&l, reason, sizeof reason) != FA2_LIMITS_OK) {
+        snprintf(what, what_len, "%s: the choice depends on its SM count", reason);
         return -1;
     }
-    const bool many = p->head_dim == 64 ? takes_many_items_config<64>(p, sm_count) : takes_many_items_config<128>(p, sm_count);
+    const bool many = p->head_dim == 64 ? takes_many_items_config<64>(p, l.sm_count) : takes_many_items_config<128>(p, l.sm_count);
     const int consumers = p->head_dim == 64 ? (many ? ManyItemsConfig<64>::CONSUMERS : FewItemsConfig<64>::CONSUMERS)
                                             : (many ? ManyItemsConfig<128>::CONSUMERS : FewItemsConfig<128>::CONSUMERS);
     const long long items = work_items(p, FewItemsConfig<64>::BLOCK_M);
     snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row items %s %d SMs%s",
-             consumers, consumers * WG_M, FewItemsConfig<64>::BLOCK_N, items, items > sm_count ? ">" : "<=", sm_count,
+             consumers, consumers * WG_M, FewItemsConfig<64>::BLOCK_N, items, items > l.sm_count ? ">" : "<=", l.sm_count,
              p->causal ? ", causal" : "");
     return consumers - 2;
 }
