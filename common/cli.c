@@ -28,6 +28,8 @@ static const char *usage_text =
     "  --check M          full | sample | off                       (default sample:\n"
     "                     every row of small problems, a spread of rows of large ones)\n"
     "  --csv FILE         append one result row to FILE (opened before any work)\n"
+    "  --plan             print the configuration the step would launch, and its shared\n"
+    "                     memory, then stop: no GPU needed under FA2_EMULATE\n"
     "  --help             this text\n"
     "Environment: FA2_EMULATE=PRESET makes a GPU step take every decision (tiles, stages,\n"
     "  splits, what it refuses) from another GPU's published limits; the timings stay this\n"
@@ -107,6 +109,12 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
             opt->causal = 1;
             continue;
         }
+        if (!strcmp(flag, "--plan")) {
+            if (val) die_usage("--plan", val, "no value: --plan alone");
+            if (opt->plan) die_usage("--plan", "--plan", "each flag once");
+            opt->plan = 1;
+            continue;
+        }
         int known = -1;
         for (int j = 0; j < N_FLAGS; j++)
             if (!strcmp(flag, with_value[j])) known = j;
@@ -121,7 +129,7 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
             die_usage(flag, val, allowed);
         }
         given[known] = val;
-        if (!strcmp(flag, "--batch")) opt->batch = (int)parse_int(flag, val, 1, 65535);
+        if (!strcmp(flag, "--batch")) opt->batch = (int)parse_int(flag, val, 1, 1 << 24);
         else if (!strcmp(flag, "--heads")) opt->heads_q = (int)parse_int(flag, val, 1, 1024);
         else if (!strcmp(flag, "--kv-heads")) heads_kv = (int)parse_int(flag, val, 1, 1024);
         else if (!strcmp(flag, "--seqlen")) seqlen = (int)parse_int(flag, val, 1, 1 << 20), given_seqlen = 1;

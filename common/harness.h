@@ -20,6 +20,7 @@ typedef enum { CHECK_SAMPLE = 0, CHECK_FULL = 1, CHECK_OFF = 2 } check_mode;
 typedef struct {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
     int causal;
+    int plan; /* --plan: print the configuration, run nothing */
     fa2_dtype dtype;
     uint64_t seed;
     float input_scale; /* multiplies the N(0,1) Q and K; > 1 makes the softmax peaky */

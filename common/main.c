@@ -75,8 +75,9 @@ int main(int argc, char **argv)
     fa2_params_from_options(&opt, &p);
 
     char why[256] = "";
-    fa2_limits limits;
-    if (on_gpu && fa2_limits_get(&limits, why, sizeof why) == FA2_LIMITS_BAD_PRESET) {
+    fa2_limits limits = {0};
+    const int limits_rc = on_gpu ? fa2_limits_get(&limits, why, sizeof why) : FA2_LIMITS_OK;
+    if (limits_rc == FA2_LIMITS_BAD_PRESET) {
         fprintf(stderr, "error: %s\n", why);
         return FA2_EXIT_USAGE;
     }
@@ -85,6 +86,19 @@ int main(int argc, char **argv)
     if (!fa2_supports(&probe, why, sizeof why)) {
         fprintf(stderr, "error: step %s does not support these params: %s\n", fa2_name(), why);
         return FA2_EXIT_USAGE;
+    }
+    if (opt.plan) { /* the decision alone: under FA2_EMULATE it asks no GPU */
+        char config[256];
+        const int c = fa2_config(&probe, config, sizeof config);
+        if (c < 0) {
+            fprintf(stderr, "error: step %s: no configuration for these params: %s\n", fa2_name(), config);
+            return limits_rc == FA2_LIMITS_NO_GPU ? FA2_EXIT_NO_DEVICE : FA2_EXIT_RUNTIME;
+        }
+        printf("%-20s %s B%d H%d/%d Nq%d Nk%d d%d %s%s%s | configuration %d: %s | %d bytes of shared memory per block\n",
+               fa2_name(), fa2_dtype_name(p.dtype), p.batch, p.heads_q, p.heads_kv, p.seqlen_q, p.seqlen_k, p.head_dim,
+               p.causal ? "causal" : "non-causal", on_gpu ? " on " : "", on_gpu ? limits.name : "", c, config,
+               fa2_config_smem(&probe, c));
+        return 0;
     }
     check_host_memory(&p, on_gpu);
 
