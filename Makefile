@@ -40,10 +40,10 @@ STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
 GPU_IDS    := $(filter-out 00,$(STEP_IDS))
 PORTABLE_IDS := $(filter-out $(HOPPER_STEPS),$(GPU_IDS))
 
-HARNESS    := cli data reference check buffers device util validate limits
+HARNESS    := cli data reference check buffers device util validate device_limits
 # What a GPU step's shared library links besides its kernel: the ABI's shared checks
 # and the device limits every launch decision reads.
-STEP_LIB_O := $(BUILD)/common/validate.o $(BUILD)/common/limits.o
+STEP_LIB_O := $(BUILD)/common/validate.o $(BUILD)/common/device_limits.o
 HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 
 step       ?=

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "harness.h"
-#include "limits.h"
+#include "device_limits.h"
 
 static const char *usage_text =
     "usage: fa2 [options]   (one FlashAttention-2 forward: check against fp64, then time)\n"
@@ -33,7 +33,7 @@ static const char *usage_text =
     "  --help             this text\n"
     "Environment: FA2_EMULATE=PRESET makes a GPU step take every decision (tiles, stages,\n"
     "  splits, what it refuses) from another GPU's published limits; the timings stay this\n"
-    "  GPU's, and the result line names the preset (the list below; common/limits.c).\n"
+    "  GPU's, and the result line names the preset (the list below; common/device_limits.c).\n"
     "Each flag may be given once. Bad input gets one line on stderr naming the flag,\n"
     "the value and what is allowed.\n"
     "exit codes: 0 pass; 1 check failed; 2 bad input or params the step refuses;\n"

@@ -5,7 +5,7 @@
 
 #include "cuda_check.h"
 #include "harness.h"
-#include "limits.h"
+#include "device_limits.h"
 
 int fa2_device_open(fa2_device_info *info, const char *step_name)
 {

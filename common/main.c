@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "limits.h"
+#include "device_limits.h"
 
 /* The columns every compare CSV has (reference/sdpa.py writes the same); key_change is the
  * step's fa2_key_change(), quoted: it may hold commas. */

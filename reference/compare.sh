@@ -62,7 +62,7 @@ slug=$(printf '%s' "$gpu" | tr '[:upper:]' '[:lower:]' | sed -e 's/[^a-z0-9][^a-
 # Under FA2_EMULATE the steps decide as on the preset's GPU and run on this one: the files
 # say so in their name (and every harness row names the preset in its device column).
 if [ -n "${FA2_EMULATE:-}" ]; then
-  echo "== FA2_EMULATE=$FA2_EMULATE: every step takes its decisions from the limits of $FA2_EMULATE (common/limits.c); the timings are this GPU's, $gpu"
+  echo "== FA2_EMULATE=$FA2_EMULATE: every step takes its decisions from the limits of $FA2_EMULATE (common/device_limits.c); the timings are this GPU's, $gpu"
   slug=$slug-as-$FA2_EMULATE
 fi
 today=$(date -u +%F)  # UTC, as the harness dates its rows

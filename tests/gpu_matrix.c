@@ -31,7 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/limits.h"
+#include "../common/device_limits.h"
 #include "test_util.h"
 
 typedef struct {
@@ -253,7 +253,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     p.softmax_scale = c->softmax_scale ? c->softmax_scale : 1.0f / sqrtf((float)c->d);
     char name[256], why[512], config[256];
     case_name(name, sizeof name, c, &p);
-    /* Every step reads FA2_EMULATE at each call (common/limits.h), so one process can
+    /* Every step reads FA2_EMULATE at each call (common/device_limits.h), so one process can
      * take each case under another GPU's limits. */
     if (c->preset) setenv("FA2_EMULATE", c->preset, 1);
     else unsetenv("FA2_EMULATE");
@@ -602,7 +602,7 @@ int main(int argc, char **argv)
         run_case(steps, nsteps, &c);
     }
 
-    /* Every preset of common/limits.c: the shapes that reach each configuration a step can
+    /* Every preset of common/device_limits.c: the shapes that reach each configuration a step can
      * choose there (sized from the preset's SM count), the harness's default shape, and
      * decode with one and with several splits. The kernels run on this GPU; every
      * decision, and the shared memory each launch asks for, is the preset's. */

@@ -1,5 +1,5 @@
 /* test_limits.c - every step fits every GPU it may run on: under each FA2_EMULATE
- * preset (common/limits.c), for each head dim and dtype and for shapes that reach
+ * preset (common/device_limits.c), for each head dim and dtype and for shapes that reach
  * each tile configuration (grids of at most one block per SM and of more than two,
  * the harness's default shape, decode), the configuration the step chooses must
  * ask for no more shared memory per block than the preset allows, and every
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/limits.h"
+#include "../common/device_limits.h"
 #include "test_util.h"
 
 static fa2_params shape(int batch, int hq, int hkv, int nq, int nk, int d, int causal, fa2_dtype t)

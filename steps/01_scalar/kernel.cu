@@ -20,7 +20,7 @@
 #include <stdio.h>
 
 #include "../../common/fa2.h"
-#include "../../common/limits.h"
+#include "../../common/device_limits.h"
 #include "../../common/validate.h"
 
 constexpr int BLOCK_M = 32;  // query rows per block

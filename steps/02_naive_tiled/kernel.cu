@@ -22,7 +22,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/limits.h"
+#include "../../common/device_limits.h"
 #include "../../common/validate.h"
 
 constexpr int BLOCK_M = 64;  // query rows per block

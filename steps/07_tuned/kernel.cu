@@ -21,7 +21,7 @@
  *    the SM's shared memory holds only one (d128 on an A100 or a 99 KB part) --
  *    a configuration with 8 warps per block keeps 8 warps on each SM: 128 keys
  *    per tile where the block may have 160 KB of shared memory, 64 where it
- *    gets 99 KB (see choose_config; the numbers come from common/limits.h).
+ *    gets 99 KB (see choose_config; the numbers come from common/device_limits.h).
  *
  * 2. The instruction budget. With two warps per scheduler, every non-mma
  *    instruction competes with the mma for issue slots. So: tiles that need no
@@ -48,7 +48,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/limits.h"
+#include "../../common/device_limits.h"
 #include "../../common/validate.h"
 
 constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16

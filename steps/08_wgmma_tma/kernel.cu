@@ -40,7 +40,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/limits.h"
+#include "../../common/device_limits.h"
 #include "../../common/validate.h"
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -672,7 +672,7 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
         return 0;
     }
-    // Last, the device (common/limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
+    // Last, the device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
     // nothing can launch, and the harness says so itself.
     fa2_limits l;
     char reason[256];

@@ -33,7 +33,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/limits.h"
+#include "../../common/device_limits.h"
 #include "../../common/validate.h"
 
 constexpr float LOG2E = 1.4426950408889634f;
@@ -846,7 +846,7 @@ static int smem_bytes(const fa2_params *p, int sm_count)
     return takes_many_items_config<D>(p, sm_count) ? SmemLayout<D, ManyItemsConfig<D>>::BYTES : SmemLayout<D, FewItemsConfig<D>>::BYTES;
 }
 
-// The SM count, the most blocks a launch has, is the GPU's (or FA2_EMULATE's: common/limits.h).
+// The SM count, the most blocks a launch has, is the GPU's (or FA2_EMULATE's: common/device_limits.h).
 template <typename T, int D>
 static int launch(const fa2_params *p, cudaStream_t stream)
 {
@@ -880,7 +880,7 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
                           items, FewItemsConfig<64>::BLOCK_M);
         return 0;
     }
-    // Last, the device (common/limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
+    // Last, the device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
     // nothing can launch, and the harness says so itself.
     fa2_limits l;
     char reason[256];

@@ -30,7 +30,7 @@
  *    kernel, combine_kernel, merges them and writes O and LSE. One split writes
  *    O directly and launches nothing else.
  *
- * 3. The number of splits comes from the GPU's limits (common/limits.h): the SM
+ * 3. The number of splits comes from the GPU's limits (common/device_limits.h): the SM
  *    count, how many blocks fit on an SM, batch x kv heads x query tiles and the
  *    number of key tiles (choose_plan; the sweep behind it is sweep.sh).
  *
@@ -55,7 +55,7 @@
 #include <type_traits>
 
 #include "../../common/fa2.h"
-#include "../../common/limits.h"
+#include "../../common/device_limits.h"
 #include "../../common/validate.h"
 
 constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
@@ -70,7 +70,7 @@ constexpr int BLOCK_M = MMA_M;  // packed rows per block
 // Keys per tile and K/V stages come from a budget of shared memory for the K and V
 // buffers: 128-key tiles where two stages of them fit, else 64, and as many stages
 // as the budget holds. Two budgets, the first that fits the GPU's shared memory per
-// block (common/limits.h) is taken:
+// block (common/device_limits.h) is taken:
 //  - 128 KB, chosen by sweep.sh on an H100 (run 51): 128 keys, 4 stages at d64, 2
 //    at d128 -- one block per SM with 96 KB (d64) or 64 KB (d128) of K and V in
 //    flight while it computes on the rest. An A100's blocks may have 163 KB, an

@@ -1,12 +1,12 @@
-/* limits.c - the GPU's limits, from the CUDA device attributes or from a preset
- * (limits.h says what each number is for). */
+/* device_limits.c - the GPU's limits, from the CUDA device attributes or from a preset
+ * (device_limits.h says what each number is for). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include <cuda_runtime_api.h>
 
-#include "limits.h"
+#include "device_limits.h"
 
 /* Published limits. Per compute capability (shared memory per SM and per block,
  * registers, resident threads and blocks): the CUDA C++ Programming Guide, table

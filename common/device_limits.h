@@ -1,5 +1,5 @@
-/* limits.h - what the GPU allows a kernel: the one place every launch decision of
- * every step reads its device numbers from (limits.c, linked into each step's
+/* device_limits.h - what the GPU allows a kernel: the one place every launch decision of
+ * every step reads its device numbers from (device_limits.c, linked into each step's
  * binary and shared library; steps include it with fa2.h and validate.h).
  *
  * By default the numbers are the GPU's own, read from the CUDA device attributes.
@@ -8,8 +8,8 @@
  * A10G, an RTX 4090 or a DGX Spark would take: which configuration, which tile,
  * how many stages, splits and blocks per SM, and what to refuse. What it cannot
  * change is the GPU itself: the kernels still run on the H100, at its speed. */
-#ifndef FA2_LIMITS_H
-#define FA2_LIMITS_H
+#ifndef FA2_DEVICE_LIMITS_H
+#define FA2_DEVICE_LIMITS_H
 
 #include <stddef.h>
 
