@@ -614,11 +614,11 @@ static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// One block per (query tile, head, batch), all along the grid's x (the kernel says why).
-static_assert(Config<64>::BLOCK_M == Config<128>::BLOCK_M, "both head dims' blocks cover the same query rows: one grid size serves both");
-static long long grid_blocks(const fa2_params *p)
+// Blocks of `block_m` query rows: one per (query tile, head, batch), all along the
+// grid's x (the kernel says why).
+static long long grid_blocks(const fa2_params *p, int block_m)
 {
-    return (long long)((p->seqlen_q + Config<64>::BLOCK_M - 1) / Config<64>::BLOCK_M) * p->heads_q * p->batch;
+    return (long long)((p->seqlen_q + block_m - 1) / block_m) * p->heads_q * p->batch;
 }
 
 template <typename T, int D, typename C>
@@ -640,7 +640,7 @@ static int launch_with(const fa2_params *p, cudaStream_t stream)
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    fa2_wgmma_kernel<T, D, C><<<(unsigned)grid_blocks(p), C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
+    fa2_wgmma_kernel<T, D, C><<<(unsigned)grid_blocks(p, C::BLOCK_M), C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -668,8 +668,10 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
             if (why) snprintf(why, why_len, "stride %lld (allowed: under 2^39 elements, 2^40 bytes, for TMA tensor maps)", (long long)strides[i]);
             return 0;
         }
-    if (grid_blocks(p) > INT_MAX) {
-        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
+    static_assert(Config<64>::BLOCK_M == Config<128>::BLOCK_M, "both head dims' blocks cover the same query rows: one grid size serves both");
+    const long long blocks = grid_blocks(p, Config<64>::BLOCK_M);
+    if (blocks > INT_MAX) {
+        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", blocks);
         return 0;
     }
     // Last, the device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
@@ -704,7 +706,7 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
     snprintf(what, what_len, "%d warpgroups (%d query rows), %d keys per tile, %d stages: %lld blocks", Config<64>::WARPGROUPS,
-             Config<64>::BLOCK_M, Config<64>::BLOCK_N, Config<64>::STAGES, grid_blocks(p));
+             Config<64>::BLOCK_M, Config<64>::BLOCK_N, Config<64>::STAGES, grid_blocks(p, Config<64>::BLOCK_M));
     return 0;
 }
 
