@@ -484,6 +484,7 @@ int main(int argc, char **argv)
             }
     /* The tile configurations: a grid of at most as many 128-row blocks as SMs, and one
      * of three times as many; peaky inputs, GQA 3. */
+    const double started_s = fa2_wall_ms() / 1e3;
     unsetenv("FA2_EMULATE"); /* the GPU's own limits; the preset cases set their own */
     fa2_limits gpu;
     if (fa2_limits_get(&gpu, NULL, 0) != FA2_LIMITS_OK) gpu.sm_count = dev.sm_count;
@@ -606,21 +607,20 @@ int main(int argc, char **argv)
      * choose there (sized from the preset's SM count), the harness's default shape, and
      * decode with one and with several splits. The kernels run on this GPU; every
      * decision, and the shared memory each launch asks for, is the preset's. */
+    printf("# the cases with this GPU's limits took %.0f s\n", fa2_wall_ms() / 1e3 - started_s);
     for (int i = 0; i < fa2_limits_preset_count(); i++) {
         const char *preset = fa2_limits_preset_name(i);
         setenv("FA2_EMULATE", preset, 1);
         fa2_limits pl;
         fa2_limits_get(&pl, NULL, 0);
         for (int large = 0; large < 2; large++)
-            for (int d = 64; d <= 128; d += 64)
-                for (int causal = 0; causal < 2; causal++) {
-                    test_case c = config_case(pl.sm_count, large, d, causal, causal ? BF16 : FP16);
-                    c.preset = preset;
-                    run_case(steps, nsteps, &c);
-                }
+            for (int d = 64; d <= 128; d += 64) {
+                test_case c = config_case(pl.sm_count, large, d, large ^ (d == 128), large ? BF16 : FP16);
+                c.preset = preset;
+                run_case(steps, nsteps, &c);
+            }
         test_case pc[] = {shape(2, 8, 8, 1024, 1024, 128, 0, FP16), shape(1, 32, 8, 1, 8191, 128, 0, BF16),
-                          shape(1, 32, 8, 1, 8191, 64, 0, FP16), shape(2, 32, 8, 4, 4099, 128, 1, BF16),
-                          shape(8, 32, 8, 1, 2000, 64, 0, BF16)};
+                          shape(1, 32, 8, 1, 8191, 64, 0, FP16), shape(2, 32, 8, 4, 4099, 128, 1, BF16)};
         for (size_t k = 0; k < sizeof pc / sizeof *pc; k++) {
             pc[k].preset = preset;
             run_case(steps, nsteps, &pc[k]);
