@@ -158,3 +158,31 @@ int fa2_limits_check_smem(int smem_bytes, const char *what, char *why, size_t wh
     }
     return 1;
 }
+
+int fa2_for_each_grid_chunk(const fa2_params *p, int (*launch)(const fa2_params *chunk, int64_t rows_before, void *ctx),
+                            void *ctx)
+{
+    if (p->batch <= FA2_GRID_YZ_MAX && p->heads_q <= FA2_GRID_YZ_MAX) return launch(p, 0, ctx);
+    const int group = p->heads_q / p->heads_kv;
+    const int heads_step = FA2_GRID_YZ_MAX / group * group; /* whole GQA groups */
+    /* Heads that fit: batches 65,535 at a time. Heads that do not: one batch at a time,
+     * so the chunk's LSE rows ([batch][heads_q][seqlen_q]) stay one contiguous run. */
+    const int batch_step = p->heads_q <= FA2_GRID_YZ_MAX ? FA2_GRID_YZ_MAX : 1;
+    for (int b0 = 0; b0 < p->batch; b0 += batch_step)
+        for (int h0 = 0; h0 < p->heads_q; h0 += heads_step) {
+            fa2_params c = *p;
+            c.batch = p->batch - b0 < batch_step ? p->batch - b0 : batch_step;
+            c.heads_q = p->heads_q - h0 < heads_step ? p->heads_q - h0 : heads_step;
+            c.heads_kv = c.heads_q / group;
+            const int h0_kv = h0 / group;
+            c.q = (const uint16_t *)p->q + b0 * p->q_batch_stride + h0 * p->q_head_stride;
+            c.k = (const uint16_t *)p->k + b0 * p->k_batch_stride + h0_kv * p->k_head_stride;
+            c.v = (const uint16_t *)p->v + b0 * p->v_batch_stride + h0_kv * p->v_head_stride;
+            c.o = (uint16_t *)p->o + b0 * p->o_batch_stride + h0 * p->o_head_stride;
+            const int64_t rows_before = ((int64_t)b0 * p->heads_q + h0) * p->seqlen_q;
+            if (p->lse) c.lse = p->lse + rows_before;
+            const int rc = launch(&c, rows_before, ctx);
+            if (rc) return rc;
+        }
+    return 0;
+}

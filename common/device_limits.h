@@ -12,6 +12,9 @@
 #define FA2_DEVICE_LIMITS_H
 
 #include <stddef.h>
+#include <stdint.h>
+
+#include "fa2.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,6 +55,19 @@ int fa2_limits_blocks_per_sm(const fa2_limits *l, int threads, int regs_per_thre
  * says so); otherwise 0 and one line in why naming the bytes, `what` needs them
  * ("head_dim 128"), and the limit. A bad FA2_EMULATE is refused the same way. */
 int fa2_limits_check_smem(int smem_bytes, const char *what, char *why, size_t why_len);
+
+/* A grid's y and z stop at 65,535 blocks (x at 2^31 - 1). The steps put query tiles in
+ * x and heads and batch in y and z, so the kernels read all three from block-index
+ * registers (uniform, free to re-read); a call whose batch or heads pass 65,535 is cut
+ * into launches that fit instead. fa2_for_each_grid_chunk calls launch(chunk, rows_before,
+ * ctx) once per chunk -- once, with p itself, when batch and heads_q fit -- where chunk is
+ * p with batch <= FA2_GRID_YZ_MAX and heads_q <= FA2_GRID_YZ_MAX (whole GQA groups), q, k,
+ * v, o and lse moved to the chunk's first batch and head, and rows_before the rows of
+ * fa2.h's LSE order that come before the chunk's (its LSE and any per-row workspace start
+ * there). Returns the first non-zero return of launch, else 0. */
+#define FA2_GRID_YZ_MAX 65535
+int fa2_for_each_grid_chunk(const fa2_params *p, int (*launch)(const fa2_params *chunk, int64_t rows_before, void *ctx),
+                            void *ctx);
 
 /* The presets' names, comma-separated, for messages and --help. */
 const char *fa2_limits_preset_names(void);

@@ -2,9 +2,9 @@
  *
  * The algorithm of step 00, moved to the GPU with the most direct mapping:
  *  - one block per (query tile of BLOCK_M rows, head, batch): enough blocks to
- *    fill the GPU at the seed shape (32 tiles x 8 heads x 2 = 512 blocks), all
- *    numbered along the grid's x, since its y and z stop at 65,535 and batch and
- *    heads may not (torch runs batch 70,000);
+ *    fill the GPU at the seed shape (32 tiles x 8 heads x 2 = 512 blocks); the
+ *    grid's y and z (heads, batch) stop at 65,535, so a larger call runs as
+ *    several launches (fa2_for_each_grid_chunk: torch takes batch 70,000);
  *  - Q, K, V tiles and the score tile S live in shared memory as fp32
  *    (converted from fp16/bf16 when loaded), all math is scalar fp32 FMA;
  *  - thread t owns query row t / 4 and every 4th column of it, starting at t % 4:
@@ -16,7 +16,6 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <limits.h>
 #include <stdio.h>
 
 #include "../../common/fa2.h"
@@ -58,12 +57,7 @@ __global__ void __launch_bounds__(THREADS) fa2_scalar_kernel(fa2_params p)
     float(*v_smem)[D] = reinterpret_cast<float(*)[D]>(smem + (BLOCK_M + BLOCK_N) * D);
     float(*s_smem)[BLOCK_N] = reinterpret_cast<float(*)[BLOCK_N]>(smem + (BLOCK_M + 2 * BLOCK_N) * D);
 
-    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
-    // can pass that. Query tiles run fastest, so the blocks of one head still start
-    // together, as they did on a (tile, head, batch) grid.
-    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const int m_block = blockIdx.x % m_blocks, h = blockIdx.x / m_blocks % p.heads_q, b = blockIdx.x / m_blocks / p.heads_q;
-    const int m0 = m_block * BLOCK_M;
+    const int m0 = blockIdx.x * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
     const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
     const int row = threadIdx.x / THREADS_PER_ROW;  // this thread's query row in the tile
     const int lane_in_row = threadIdx.x % THREADS_PER_ROW;
@@ -142,18 +136,19 @@ __global__ void __launch_bounds__(THREADS) fa2_scalar_kernel(fa2_params p)
 template <int D>
 constexpr int smem_bytes_of() { return (int)sizeof(float) * ((BLOCK_M + 2 * BLOCK_N) * D + BLOCK_M * BLOCK_N); }
 
-// One block per (query tile, head, batch), all along the grid's x (the kernel says why).
+// One block per (query tile, head, batch).
 static long long grid_blocks(const fa2_params *p)
 {
     return (long long)((p->seqlen_q + BLOCK_M - 1) / BLOCK_M) * p->heads_q * p->batch;
 }
 
 template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+static int launch(const fa2_params *p, int64_t, void *stream)
 {
     constexpr int smem_bytes = smem_bytes_of<D>();
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_scalar_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    fa2_scalar_kernel<T, D><<<(unsigned)grid_blocks(p), THREADS, smem_bytes, stream>>>(*p);
+    dim3 grid((p->seqlen_q + BLOCK_M - 1) / BLOCK_M, p->heads_q, p->batch);
+    fa2_scalar_kernel<T, D><<<grid, THREADS, smem_bytes, (cudaStream_t)stream>>>(*p);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -163,10 +158,6 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     if (!fa2_validate_params(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
-        return 0;
-    }
-    if (grid_blocks(p) > INT_MAX) {
-        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
         return 0;
     }
     // Last, the device: the tiles' shared memory must fit what the GPU lets one block have.
@@ -193,10 +184,10 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
 {
     if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
-    cudaStream_t s = (cudaStream_t)stream;
+    // One launch, or one per chunk of at most 65,535 batches and heads (the grid's y and z).
     if (p->dtype == FA2_FP16)
-        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
-    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+        return fa2_for_each_grid_chunk(p, p->head_dim == 64 ? launch<__half, 64> : launch<__half, 128>, stream);
+    return fa2_for_each_grid_chunk(p, p->head_dim == 64 ? launch<__nv_bfloat16, 64> : launch<__nv_bfloat16, 128>, stream);
 }
 
 extern "C" const char *fa2_name(void) { return "01_scalar"; }

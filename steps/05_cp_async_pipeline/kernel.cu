@@ -30,7 +30,6 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <type_traits>
@@ -172,12 +171,7 @@ __global__ void __launch_bounds__(THREADS) fa2_mma_kernel(fa2_params p)
     uint16_t(*k_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + BLOCK_M * D);  // [STAGES][BLOCK_N][D]
     uint16_t(*v_smem)[BLOCK_N][D] = reinterpret_cast<uint16_t(*)[BLOCK_N][D]>(smem + (BLOCK_M + STAGES * BLOCK_N) * D);
 
-    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
-    // can pass that. Query tiles run fastest, so the blocks of one head still start
-    // together, as they did on a (tile, head, batch) grid.
-    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const int m_block = blockIdx.x % m_blocks, h = blockIdx.x / m_blocks % p.heads_q, b = blockIdx.x / m_blocks / p.heads_q;
-    const int m0 = m_block * BLOCK_M;
+    const int m0 = blockIdx.x * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
     const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
@@ -339,18 +333,19 @@ __global__ void __launch_bounds__(THREADS) fa2_mma_kernel(fa2_params p)
 template <int D>
 constexpr int smem_bytes_of() { return (BLOCK_M + 2 * STAGES * BLOCK_N) * D * 2; }
 
-// One block per (query tile, head, batch), all along the grid's x (the kernel says why).
+// One block per (query tile, head, batch).
 static long long grid_blocks(const fa2_params *p)
 {
     return (long long)((p->seqlen_q + BLOCK_M - 1) / BLOCK_M) * p->heads_q * p->batch;
 }
 
 template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+static int launch(const fa2_params *p, int64_t, void *stream)
 {
     constexpr int smem_bytes = smem_bytes_of<D>();
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_mma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    fa2_mma_kernel<T, D><<<(unsigned)grid_blocks(p), THREADS, smem_bytes, stream>>>(*p);
+    dim3 grid((p->seqlen_q + BLOCK_M - 1) / BLOCK_M, p->heads_q, p->batch);
+    fa2_mma_kernel<T, D><<<grid, THREADS, smem_bytes, (cudaStream_t)stream>>>(*p);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -364,10 +359,6 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
     if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
-    if (grid_blocks(p) > INT_MAX) {
-        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
-        return 0;
-    }
     // Last, the device: the tiles' shared memory must fit what the GPU lets one block have.
     char what[32];
     snprintf(what, sizeof what, "head_dim %d", p->head_dim);
@@ -392,10 +383,10 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
 {
     if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
-    cudaStream_t s = (cudaStream_t)stream;
+    // One launch, or one per chunk of at most 65,535 batches and heads (the grid's y and z).
     if (p->dtype == FA2_FP16)
-        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
-    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+        return fa2_for_each_grid_chunk(p, p->head_dim == 64 ? launch<__half, 64> : launch<__half, 128>, stream);
+    return fa2_for_each_grid_chunk(p, p->head_dim == 64 ? launch<__nv_bfloat16, 64> : launch<__nv_bfloat16, 128>, stream);
 }
 
 extern "C" const char *fa2_name(void) { return "05_cp_async_pipeline"; }

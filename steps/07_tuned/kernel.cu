@@ -41,7 +41,6 @@
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -279,13 +278,8 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
     // Causal blocks near the end of the sequence see the most keys; the GPU starts
     // blocks in index order, so they get the low indices and the short blocks fill
     // the tail of the launch instead of the long ones.
-    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
-    // can pass that. Query tiles run fastest, so the blocks of one head still start
-    // together, as they did on a (tile, head, batch) grid.
-    const int m_blocks = (p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const int m_block = p.causal ? m_blocks - 1 - blockIdx.x % m_blocks : blockIdx.x % m_blocks;
-    const int h = blockIdx.x / m_blocks % p.heads_q, b = blockIdx.x / m_blocks / p.heads_q;
-    const int m0 = m_block * BLOCK_M;
+    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m0 = m_block * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
     const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
@@ -541,18 +535,19 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
 
 // ---- launcher and ABI --------------------------------------------------------
 
-// Every configuration's blocks cover the same rows, so one grid size serves all.
+// Blocks of the launch: every configuration's cover the same rows, so one count serves all.
 static long long grid_blocks(const fa2_params *p)
 {
     return (long long)((p->seqlen_q + LargeGridConfig::BLOCK_M - 1) / LargeGridConfig::BLOCK_M) * p->heads_q * p->batch;
 }
 
 template <typename T, int D, typename C>
-static int launch_with(const fa2_params *p, cudaStream_t stream)
+static int launch_with(const fa2_params *p, int64_t, void *stream)
 {
     constexpr int smem_bytes = smem_bytes_of<C, D>();
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    fa2_mma_kernel<T, D, C><<<(unsigned)grid_blocks(p), C::THREADS, smem_bytes, stream>>>(*p);
+    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
+    fa2_mma_kernel<T, D, C><<<grid, C::THREADS, smem_bytes, (cudaStream_t)stream>>>(*p);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -627,15 +622,16 @@ static Choice choose(const fa2_params *p, const fa2_limits *l)
 }
 
 template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+static int launch(const fa2_params *p, void *stream)
 {
     fa2_limits l;
     char why[256];
     if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    // One launch, or one per chunk of at most 65,535 batches and heads (the grid's y and z).
     switch (choose_config<T, D>(p, &l).config) {
-    case SMALL_GRID: return launch_with<T, D, SmallGridConfig>(p, stream);
-    case SMALL_GRID_SHORT_TILE: return launch_with<T, D, SmallGridShortTileConfig>(p, stream);
-    default: return launch_with<T, D, LargeGridConfig>(p, stream);
+    case SMALL_GRID: return fa2_for_each_grid_chunk(p, launch_with<T, D, SmallGridConfig>, stream);
+    case SMALL_GRID_SHORT_TILE: return fa2_for_each_grid_chunk(p, launch_with<T, D, SmallGridShortTileConfig>, stream);
+    default: return fa2_for_each_grid_chunk(p, launch_with<T, D, LargeGridConfig>, stream);
     }
 }
 
@@ -648,10 +644,6 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
     if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
-    if (grid_blocks(p) > INT_MAX) {
-        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", grid_blocks(p));
-        return 0;
-    }
     // The smallest configuration must fit the GPU's shared memory per block.
     const int least = p->head_dim == 64 ? smem_bytes_of<LargeGridConfig, 64>() : smem_bytes_of<LargeGridConfig, 128>();
     char what[32];
@@ -693,10 +685,9 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
 {
     if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
-    cudaStream_t s = (cudaStream_t)stream;
     if (p->dtype == FA2_FP16)
-        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
-    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+        return p->head_dim == 64 ? launch<__half, 64>(p, stream) : launch<__half, 128>(p, stream);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
 }
 
 extern "C" const char *fa2_name(void) { return "07_tuned"; }

@@ -34,7 +34,6 @@
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
-#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <type_traits>
@@ -549,13 +548,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const Barriers<C> bars{smem + L::BARRIERS};
 
     BlockWork w;
-    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x heads
-    // can pass that. Query tiles run fastest, so the blocks of one head still start
-    // together, as they did on a (tile, head, batch) grid.
-    const int m_blocks = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M;
     // Causal blocks near the end of the sequence see the most keys: start them first.
-    const int m_block = p.causal ? m_blocks - 1 - blockIdx.x % m_blocks : blockIdx.x % m_blocks;
-    w.m0 = m_block * C::BLOCK_M, w.h = blockIdx.x / m_blocks % p.heads_q, w.b = blockIdx.x / m_blocks / p.heads_q;
+    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    w.m0 = m_block * C::BLOCK_M, w.h = blockIdx.y, w.b = blockIdx.z;
     w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
     w.shift = p.seqlen_k - p.seqlen_q;        // causal: row i sees keys j <= i + shift
     const int key_end = p.causal ? min(p.seqlen_k, max(0, w.m0 + C::BLOCK_M + w.shift)) : p.seqlen_k;
@@ -614,15 +609,14 @@ static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// Blocks of `block_m` query rows: one per (query tile, head, batch), all along the
-// grid's x (the kernel says why).
+// Blocks of `block_m` query rows: one per (query tile, head, batch).
 static long long grid_blocks(const fa2_params *p, int block_m)
 {
     return (long long)((p->seqlen_q + block_m - 1) / block_m) * p->heads_q * p->batch;
 }
 
 template <typename T, int D, typename C>
-static int launch_with(const fa2_params *p, cudaStream_t stream)
+static int launch_with(const fa2_params *p, int64_t, void *stream)
 {
     using L = SmemLayout<D, C>;
     CUtensorMap maps[4];
@@ -640,15 +634,17 @@ static int launch_with(const fa2_params *p, cudaStream_t stream)
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    fa2_wgmma_kernel<T, D, C><<<(unsigned)grid_blocks(p, C::BLOCK_M), C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
+    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
+    fa2_wgmma_kernel<T, D, C><<<grid, C::THREADS, L::BYTES, (cudaStream_t)stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
 
 template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+static int launch(const fa2_params *p, void *stream)
 {
-    return launch_with<T, D, Config<D>>(p, stream);
+    // One launch, or one per chunk of at most 65,535 batches and heads (the grid's y and z).
+    return fa2_for_each_grid_chunk(p, launch_with<T, D, Config<D>>, stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -669,11 +665,6 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
             return 0;
         }
     static_assert(Config<64>::BLOCK_M == Config<128>::BLOCK_M, "both head dims' blocks cover the same query rows: one grid size serves both");
-    const long long blocks = grid_blocks(p, Config<64>::BLOCK_M);
-    if (blocks > INT_MAX) {
-        if (why) snprintf(why, why_len, "batch x heads_q x query tiles = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)", blocks);
-        return 0;
-    }
     // Last, the device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
     // nothing can launch, and the harness says so itself.
     fa2_limits l;
@@ -713,10 +704,9 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
 {
     if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
-    cudaStream_t s = (cudaStream_t)stream;
     if (p->dtype == FA2_FP16)
-        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
-    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+        return p->head_dim == 64 ? launch<__half, 64>(p, stream) : launch<__half, 128>(p, stream);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
 }
 
 extern "C" const char *fa2_name(void) { return "08_wgmma_tma"; }

@@ -318,12 +318,7 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     const uint32_t k_saddr = q_saddr + L::Q_BYTES;                      // [STAGES][BLOCK_N][D]
     const uint32_t v_saddr = k_saddr + STAGES * L::STAGE_BYTES;         // [STAGES][BLOCK_N][D]
 
-    // The grid is one-dimensional: gridDim.y and .z stop at 65,535, and batch x kv
-    // heads can pass that. Splits run fastest, then query tiles, so the blocks that
-    // share a kv head's K and V still start together.
-    const int m_blocks = (p.heads_q / p.heads_kv * p.seqlen_q + BLOCK_M - 1) / BLOCK_M;
-    const int split = blockIdx.x % splits, m_block = blockIdx.x / splits % m_blocks;
-    const int h_kv = blockIdx.x / splits / m_blocks % p.heads_kv, b = blockIdx.x / splits / m_blocks / p.heads_kv;
+    const int m_block = blockIdx.x / splits, split = blockIdx.x % splits, h_kv = blockIdx.y, b = blockIdx.z;
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q;  // packed rows of this kv head (< 2^31: fa2_supports)
     const int r0 = m_block * BLOCK_M;
@@ -734,32 +729,47 @@ static Plan plan_of(const fa2_params *p, const fa2_limits *l)
 
 // ---- launcher and ABI --------------------------------------------------------
 
+// What each launch takes besides its params: the plan of the whole call, and where its
+// partial results go (one split writes O directly and touches no workspace).
+struct Launch {
+    Plan plan;
+    float *o_parts, *lse_parts;  // [splits][rows][D] and [splits][rows], rows = batch x heads_q x seqlen_q
+    cudaStream_t stream;
+};
+
+// One launch over (query tile x split, kv head, batch); a call whose batch or heads pass
+// the grid's 65,535 runs as several (fa2_for_each_grid_chunk), each with its rows'
+// share of the workspace, from row rows_before on.
 template <typename T, int D, typename L>
-static int launch_with(const fa2_params *p, const Plan &plan, cudaStream_t stream)
+static int launch_with(const fa2_params *p, int64_t rows_before, void *launch)
 {
+    const Launch &a = *(const Launch *)launch;
     const long long n_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
-    // One split writes O directly and touches no workspace.
-    float *o_part = plan.splits > 1 ? (float *)p->workspace : nullptr;
-    float *lse_part = plan.splits > 1 ? o_part + (size_t)plan.splits * n_rows * D : nullptr;
+    float *o_part = a.o_parts ? a.o_parts + (size_t)a.plan.splits * rows_before * D : nullptr;
+    float *lse_part = a.lse_parts ? a.lse_parts + (size_t)a.plan.splits * rows_before : nullptr;
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    fa2_split_kernel<T, D, L><<<(unsigned)(plan.base_blocks * plan.splits), THREADS, L::BYTES, stream>>>(*p, plan.splits, o_part, lse_part);
+    dim3 grid((unsigned)(m_blocks_of(p) * a.plan.splits), p->heads_kv, p->batch);
+    fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, o_part, lse_part);
     FA2_CUDA_TRY(cudaGetLastError());
-    if (plan.splits > 1) {
-        combine_kernel<T, D><<<(unsigned)((n_rows + COMBINE_WARPS - 1) / COMBINE_WARPS), COMBINE_WARPS * 32, 0, stream>>>(*p, plan.splits, o_part, lse_part);
+    if (a.plan.splits > 1) {
+        combine_kernel<T, D><<<(unsigned)((n_rows + COMBINE_WARPS - 1) / COMBINE_WARPS), COMBINE_WARPS * 32, 0, a.stream>>>(*p, a.plan.splits, o_part, lse_part);
         FA2_CUDA_TRY(cudaGetLastError());
     }
     return FA2_OK;
 }
 
 template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+static int launch(const fa2_params *p, void *stream)
 {
     fa2_limits l;
     char why[256];
     if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
-    const Plan plan = choose_plan<T, D>(p, &l);
-    return plan.layout == SMALL_LAYOUT ? launch_with<T, D, SmallLayout<D>>(p, plan, stream)
-                                       : launch_with<T, D, LargeLayout<D>>(p, plan, stream);
+    Launch a = {choose_plan<T, D>(p, &l), nullptr, nullptr, (cudaStream_t)stream};
+    if (a.plan.splits > 1) {
+        a.o_parts = (float *)p->workspace;
+        a.lse_parts = a.o_parts + (size_t)a.plan.splits * p->batch * p->heads_q * p->seqlen_q * D;
+    }
+    return fa2_for_each_grid_chunk(p, a.plan.layout == SMALL_LAYOUT ? launch_with<T, D, SmallLayout<D>> : launch_with<T, D, LargeLayout<D>>, &a);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -771,15 +781,10 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     // 16-byte copies need every row to start on a 16-byte boundary.
     if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
-    // Packed rows are ints, and the grid's x is batch x kv heads x query tiles x splits.
-    if ((long long)p->heads_q / p->heads_kv * p->seqlen_q > INT_MAX - BLOCK_M) {
-        if (why) snprintf(why, why_len, "heads_q / heads_kv x seqlen_q = %lld (allowed: at most 2^31 - 1 - %d packed rows)",
+    // Packed rows are ints, and the grid's x is query tiles x splits.
+    if ((long long)p->heads_q / p->heads_kv * p->seqlen_q > INT_MAX - BLOCK_M || m_blocks_of(p) * max_splits(p) > INT_MAX) {
+        if (why) snprintf(why, why_len, "heads_q / heads_kv x seqlen_q = %lld (allowed: at most 2^31 - 1 - %d packed rows, whose query tiles x splits fit the grid's x)",
                           (long long)p->heads_q / p->heads_kv * p->seqlen_q, BLOCK_M);
-        return 0;
-    }
-    if (base_blocks_of(p) * max_splits(p) > INT_MAX) {
-        if (why) snprintf(why, why_len, "batch x heads_kv x query tiles x splits = %lld blocks (allowed: at most 2^31 - 1, the grid's x limit)",
-                          base_blocks_of(p) * max_splits(p));
         return 0;
     }
     if (!fa2_validate_workspace(p, fa2_workspace_size(p), why, why_len)) return 0;
@@ -821,10 +826,9 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
 {
     if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
-    cudaStream_t s = (cudaStream_t)stream;
     if (p->dtype == FA2_FP16)
-        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
-    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+        return p->head_dim == 64 ? launch<__half, 64>(p, stream) : launch<__half, 128>(p, stream);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
 }
 
 extern "C" const char *fa2_name(void) { return "12_split_kv"; }
