@@ -629,6 +629,7 @@ int main(int argc, char **argv)
         }
     }
     unsetenv("FA2_EMULATE");
+    printf("# with the presets' cases: %.0f s\n", fa2_wall_ms() / 1e3 - started_s);
     /* The preset of this GPU (the one whose numbers are this GPU's) takes every decision
      * the GPU itself takes: its row of published limits matches the device attributes, and
      * the occupancy arithmetic the steps use under a preset matches the runtime's query

@@ -16,7 +16,7 @@ mutants=(
   "07|o_rows_past_seqlen|if (m0 + row < p.seqlen_q)|if (true)"
   "07|default_stream|C::THREADS, smem_bytes, (cudaStream_t)stream>>>|C::THREADS, smem_bytes, 0>>>"
   "07|small_grid_never|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else if (false) c.config = SMALL_GRID;"
-  "07|oversized_for_99kb|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else c.config = SMALL_GRID;"
+  "07|oversized_for_99kb|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else if (true) c.config = SMALL_GRID;"
   "07|heads_as_batch|h = blockIdx.y, b = blockIdx.z|h = blockIdx.z % p.heads_q, b = blockIdx.y % p.batch"
   "12|combine_unnormalised|exp2_approx((weight[s] - lse) * LOG2E)|exp2_approx((weight[s] - shift) * LOG2E)"
   "12|warps_unweighted|weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));|weight[w] = m_merge[w][row] == -INFINITY ? 0.0f : 1.0f;"

@@ -220,14 +220,17 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
   else
     result SKIP "the torch binding on the GPU steps" "torch with CUDA is not installed"
   fi
-  # A CUDA call that fails says why: step 02 built for a GPU family other than this one.
-  other_arch=$([ "${gpu_cc%%.*}" = 8 ] && echo 90 || echo 80)
-  if make -s BUILD=build/wrong-arch ARCH="$other_arch" build/wrong-arch/step02/fa2 >"$LOG/build-wrong-arch.log" 2>&1; then
-    expect_error 4 "step 02 built for sm_$other_arch only, on this GPU" build/wrong-arch/step02/fa2 --iters 1
+  # A CUDA call that fails says why: step 02 built for a GPU family newer than this one (its
+  # SASS and its PTX both need a newer GPU; an older family's PTX would JIT-compile and run).
+  newer_arch=$(for a in 80 86 89 90 100 120 121; do [ "$a" -gt "${gpu_cc/./}" ] && echo "$a" && break; done)
+  if [ -z "$newer_arch" ]; then
+    result SKIP "a step built for a newer GPU family fails with the runtime's reason" "no target newer than this GPU's $gpu_cc"
+  elif make -s BUILD=build/wrong-arch ARCH="$newer_arch" build/wrong-arch/step02/fa2 >"$LOG/build-wrong-arch.log" 2>&1; then
+    expect_error 4 "step 02 built for sm_$newer_arch only, on this GPU" build/wrong-arch/step02/fa2 --iters 1
     grep -qE "no kernel image|invalid device function" "$LOG/cli.err" && result PASS "... and the line gives the runtime's reason" ||
       result FAIL "the failed launch's line gives no reason" "$(cat "$LOG/cli.err")"
   else
-    result FAIL "build step 02 for sm_$other_arch" "see $LOG/build-wrong-arch.log"
+    result FAIL "build step 02 for sm_$newer_arch" "see $LOG/build-wrong-arch.log"
   fi
   if [ ${#sanitize_pids[@]} -gt 0 ]; then
     echo "== compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step"
