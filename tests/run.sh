@@ -153,6 +153,8 @@ else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi
 
 # Every step's ABI, CPU step included, refuses bad params in one line and touches no memory.
 run_program abi build/tests/test_abi build/step00/libfa2.so "${gpu_libs[@]}"
+# The same on a GPU the Hopper steps do not run on (they refuse every param there, in one line).
+run_program abi-as-rtx4090 env FA2_EMULATE=rtx4090 build/tests/test_abi build/step00/libfa2.so "${gpu_libs[@]}"
 # Under every FA2_EMULATE preset, each step's chosen configuration fits that GPU's shared memory.
 run_program limits build/tests/test_limits "${gpu_libs[@]}"
 
