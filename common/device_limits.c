@@ -114,6 +114,14 @@ int fa2_limits_get(fa2_limits *l, char *why, size_t why_len)
         l->regs_per_sm = REGS_PER_SM;
         l->threads_per_sm = r->threads_per_sm;
         l->blocks_per_sm = r->blocks_per_sm;
+        /* The kernels still run on this GPU: a preset whose blocks may have more shared
+         * memory than this GPU's would choose launches this GPU refuses. */
+        fa2_limits gpu;
+        if (read_gpu(&gpu, NULL, 0) == FA2_LIMITS_OK && l->smem_per_block > gpu.smem_per_block) {
+            if (why) snprintf(why, why_len, "FA2_EMULATE '%s' (allowed here: a preset whose blocks get no more shared memory than "
+                              "this GPU's %d bytes; %s's get %d)", r->preset, gpu.smem_per_block, r->preset, r->smem_per_block);
+            return FA2_LIMITS_BAD_PRESET;
+        }
         return FA2_LIMITS_OK;
     }
     if (why) snprintf(why, why_len, "FA2_EMULATE '%.40s' (allowed: %s, or unset for this GPU's own limits)", want, fa2_limits_preset_names());

@@ -36,9 +36,11 @@ typedef struct {
 enum { FA2_LIMITS_OK = 0, FA2_LIMITS_NO_GPU = 1, FA2_LIMITS_BAD_PRESET = 2 };
 
 /* Fills *l and returns FA2_LIMITS_OK; or FA2_LIMITS_NO_GPU (no CUDA GPU answers and
- * no preset is set) or FA2_LIMITS_BAD_PRESET (FA2_EMULATE names no preset), with
- * one line saying so in why. Under a preset no GPU is needed: the numbers come
- * from the table alone. The GPU's own numbers are read once per process. */
+ * no preset is set) or FA2_LIMITS_BAD_PRESET (FA2_EMULATE names no preset, or one
+ * whose blocks get more shared memory than this GPU's: the kernels run on this GPU,
+ * which would refuse such launches), with one line saying so in why. Under a preset
+ * no GPU is needed: the numbers come from the table alone. The GPU's own numbers are
+ * read once per process. */
 int fa2_limits_get(fa2_limits *l, char *why, size_t why_len);
 
 /* Blocks of `threads` threads, `regs_per_thread` registers each and `smem_bytes`
