@@ -119,6 +119,32 @@ const char *fa2_name(void);       /* e.g. "04_ldmatrix" */
 const char *fa2_key_change(void); /* one line: what this step adds */
 int fa2_runs_on_gpu(void);        /* 0 for step 00, 1 for CUDA steps */
 
+/* ---- the backward pass ---------------------------------------------------------
+ * From the forward's inputs, its output O and its LSE, and dO (the loss's gradient
+ * with respect to O), the gradients of Q, K and V:
+ *   P  = exp(softmax_scale Q K^T - LSE)   recomputed, 0 where the causal mask hides a key
+ *   dV = P^T dO          dP = dO V^T       D = rowsum(dO * O)
+ *   dS = P * (dP - D)    dQ = softmax_scale dS K      dK = softmax_scale dS^T Q
+ * GQA: the dK and dV of a key/value head sum over the query heads of its group. A row
+ * that saw no key (LSE = -inf) contributes nothing; a NaN reaches what it reaches in
+ * IEEE arithmetic, as in the forward. dQ, dK and dV are in the dtype. */
+typedef struct {
+    fa2_params fwd;      /* q, k, v, o (the forward's output, read) and lse (required, read),
+                          * shapes, strides, scale, causal, dtype; its workspace is the backward's */
+    const void *dout;    /* dO: [batch, seqlen_q, heads_q, head_dim], as o */
+    void *dq, *dk, *dv;  /* written: as q, k and v */
+    int64_t dout_batch_stride, dout_row_stride, dout_head_stride;
+    int64_t dq_batch_stride, dq_row_stride, dq_head_stride;
+    int64_t dk_batch_stride, dk_row_stride, dk_head_stride;
+    int64_t dv_batch_stride, dv_row_stride, dv_head_stride;
+} fa2_bwd_params;
+
+/* A step with a backward exports these three, as fa2_forward, fa2_supports and
+ * fa2_workspace_size (step 00 so far). */
+int fa2_backward(const fa2_bwd_params *p, void *stream);
+int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t why_len);
+size_t fa2_backward_workspace_size(const fa2_bwd_params *p);
+
 /* Fills default strides for the dense [batch, seqlen, heads, head_dim] layout. */
 static inline void fa2_set_dense_strides(fa2_params *p)
 {
@@ -127,6 +153,17 @@ static inline void fa2_set_dense_strides(fa2_params *p)
     p->k_head_stride = d;  p->k_row_stride = d * p->heads_kv; p->k_batch_stride = p->k_row_stride * p->seqlen_k;
     p->v_head_stride = d;  p->v_row_stride = d * p->heads_kv; p->v_batch_stride = p->v_row_stride * p->seqlen_k;
     p->o_head_stride = d;  p->o_row_stride = d * p->heads_q;  p->o_batch_stride = p->o_row_stride * p->seqlen_q;
+}
+
+/* The forward's dense strides, and the same for dO (as O), dQ (as Q), dK and dV (as K). */
+static inline void fa2_set_dense_bwd_strides(fa2_bwd_params *p)
+{
+    fa2_set_dense_strides(&p->fwd);
+    const fa2_params *f = &p->fwd;
+    p->dout_batch_stride = f->o_batch_stride, p->dout_row_stride = f->o_row_stride, p->dout_head_stride = f->o_head_stride;
+    p->dq_batch_stride = f->q_batch_stride, p->dq_row_stride = f->q_row_stride, p->dq_head_stride = f->q_head_stride;
+    p->dk_batch_stride = f->k_batch_stride, p->dk_row_stride = f->k_row_stride, p->dk_head_stride = f->k_head_stride;
+    p->dv_batch_stride = f->v_batch_stride, p->dv_row_stride = f->v_row_stride, p->dv_head_stride = f->v_head_stride;
 }
 
 #ifdef __cplusplus

@@ -234,6 +234,127 @@ int fa2_cpu_naive_forward(const fa2_params *p)
     return FA2_OK;
 }
 
+/* ---- the backward pass (fa2.h) -----------------------------------------------------
+ *
+ * FlashAttention-2's backward, tiled as the GPU step will tile it: for each key tile
+ * K_j, V_j of a key/value head (BLOCK_N keys, its dK_j and dV_j kept "in registers"),
+ * walk every query tile Q_i of every query head of its group that can see it:
+ *   P   = exp(S - LSE_i)  with S = scale Q_i K_j^T      (recomputed: the forward kept
+ *                                                        only LSE, not the N x N P)
+ *   dV_j += P^T dO_i                                     (P rounded, as for P V)
+ *   dP  = dO_i V_j^T,     dS = P * (dP - D_i)            (D = rowsum(dO * O), once per row)
+ *   dQ_i += scale dS K_j  (fp32, in the workspace: every key tile adds to it)
+ *   dK_j += scale dS^T Q_i                               (dS rounded for both products)
+ * then write dK_j and dV_j, and at the end dQ. A key hidden from a row by the causal
+ * mask adds nothing to it (the CPU skips it; P would be 0 there).
+ * Workspace: dQ accumulators [batch, heads_q, seqlen_q, head_dim] and D [batch,
+ * heads_q, seqlen_q], fp32. */
+static size_t bwd_rows(const fa2_params *p) { return (size_t)p->batch * p->heads_q * p->seqlen_q; }
+
+size_t fa2_backward_workspace_size(const fa2_bwd_params *p)
+{
+    if (!fa2_validate_params(&p->fwd, NULL, 0)) return 0;
+    return bwd_rows(&p->fwd) * ((size_t)p->fwd.head_dim + 1) * sizeof(float);
+}
+
+int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t why_len)
+{
+    if (!fa2_supports(&p->fwd, why, why_len)) return 0;
+    if (!p->fwd.lse || !p->dout || !p->dq || !p->dk || !p->dv) {
+        if (why) snprintf(why, why_len, "lse, dout, dq, dk and dv (allowed: all set: the backward reads LSE and dO and writes the three)");
+        return 0;
+    }
+    if (p->fwd.workspace_bytes < fa2_backward_workspace_size(p) || !p->fwd.workspace) {
+        if (why) snprintf(why, why_len, "workspace of %zu bytes (allowed: at least %zu, fa2_backward_workspace_size)",
+                          p->fwd.workspace_bytes, fa2_backward_workspace_size(p));
+        return 0;
+    }
+    return 1;
+}
+
+/* The gradients of one key tile of kv head hk: rows [n0, n0 + cols) of dK and dV. */
+static void backward_key_tile(const fa2_bwd_params *bp, int b, int hk, int n0, int cols, float *dq_acc, const float *d_row)
+{
+    const fa2_params *p = &bp->fwd;
+    const int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    const long long shift = (long long)p->seqlen_k - p->seqlen_q; /* row i sees keys j <= i + shift */
+    float k[BLOCK_N][MAX_DIM], v[BLOCK_N][MAX_DIM], dk[BLOCK_N][MAX_DIM], dv[BLOCK_N][MAX_DIM];
+    for (int j = 0; j < cols; j++) {
+        const uint16_t *krow = row_of(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, b, n0 + j, hk);
+        const uint16_t *vrow = row_of(p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, b, n0 + j, hk);
+        for (int c = 0; c < d; c++) {
+            k[j][c] = fa2_to_float(krow[c], p->dtype), v[j][c] = fa2_to_float(vrow[c], p->dtype);
+            dk[j][c] = dv[j][c] = 0;
+        }
+    }
+    /* Causal: rows before n0 - shift see no key of this tile; their query tiles are skipped. */
+    const long long first_row = p->causal ? (n0 - shift > 0 ? n0 - shift : 0) : 0;
+    for (int h = hk * group; h < (hk + 1) * group; h++)
+        for (long long i = first_row; i < p->seqlen_q; i++) {
+            const size_t row = ((size_t)b * p->heads_q + h) * p->seqlen_q + (size_t)i;
+            const float lse = p->lse[row], d_i = d_row[row];
+            float q[MAX_DIM], dout[MAX_DIM];
+            const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, (int)i, h);
+            const uint16_t *dorow = row_of(bp->dout, bp->dout_batch_stride, bp->dout_row_stride, bp->dout_head_stride, b, (int)i, h);
+            for (int c = 0; c < d; c++) q[c] = fa2_to_float(qrow[c], p->dtype), dout[c] = fa2_to_float(dorow[c], p->dtype);
+            float *dq = dq_acc + row * (size_t)d;
+            for (int j = 0; j < cols; j++) {
+                if (p->causal && n0 + j > i + shift) break; /* hidden, and so is every later key */
+                float s = 0, dp = 0;
+                for (int c = 0; c < d; c++) s += q[c] * k[j][c], dp += dout[c] * v[j][c];
+                const float prob = expf(s * p->softmax_scale - lse);
+                const float ds = fa2_round(prob * (dp - d_i), p->dtype) * p->softmax_scale;
+                const float prob_r = fa2_round(prob, p->dtype);
+                for (int c = 0; c < d; c++) {
+                    dv[j][c] += prob_r * dout[c];
+                    dk[j][c] += ds * q[c];
+                    dq[c] += ds * k[j][c];
+                }
+            }
+        }
+    for (int j = 0; j < cols; j++) {
+        uint16_t *dkrow = (uint16_t *)bp->dk + b * bp->dk_batch_stride + (int64_t)(n0 + j) * bp->dk_row_stride + hk * bp->dk_head_stride;
+        uint16_t *dvrow = (uint16_t *)bp->dv + b * bp->dv_batch_stride + (int64_t)(n0 + j) * bp->dv_row_stride + hk * bp->dv_head_stride;
+        for (int c = 0; c < d; c++) dkrow[c] = fa2_from_float(dk[j][c], p->dtype), dvrow[c] = fa2_from_float(dv[j][c], p->dtype);
+    }
+}
+
+int fa2_backward(const fa2_bwd_params *bp, void *stream)
+{
+    (void)stream;
+    if (!fa2_backward_supports(bp, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    const fa2_params *p = &bp->fwd;
+    const int d = p->head_dim;
+    const long long rows = (long long)bwd_rows(p);
+    float *dq_acc = (float *)p->workspace, *d_row = dq_acc + (size_t)rows * d;
+    /* D = rowsum(dO * O) (the softmax's own term of dS), and dQ's accumulators zeroed. */
+#pragma omp parallel for
+    for (long long r = 0; r < rows; r++) {
+        const int i = (int)(r % p->seqlen_q), h = (int)(r / p->seqlen_q % p->heads_q), b = (int)(r / p->seqlen_q / p->heads_q);
+        const uint16_t *orow = row_of(p->o, p->o_batch_stride, p->o_row_stride, p->o_head_stride, b, i, h);
+        const uint16_t *dorow = row_of(bp->dout, bp->dout_batch_stride, bp->dout_row_stride, bp->dout_head_stride, b, i, h);
+        float acc = 0;
+        for (int c = 0; c < d; c++) acc += fa2_to_float(dorow[c], p->dtype) * fa2_to_float(orow[c], p->dtype);
+        d_row[r] = acc;
+        for (int c = 0; c < d; c++) dq_acc[r * d + c] = 0;
+    }
+    /* One kv head per thread at a time: its key tiles add to the dQ rows of its own
+     * group alone, so no two threads touch one accumulator. */
+#pragma omp parallel for schedule(dynamic, 1)
+    for (long long w = 0; w < (long long)p->batch * p->heads_kv; w++) {
+        const int hk = (int)(w % p->heads_kv), b = (int)(w / p->heads_kv);
+        for (int n0 = 0; n0 < p->seqlen_k; n0 += BLOCK_N)
+            backward_key_tile(bp, b, hk, n0, p->seqlen_k - n0 < BLOCK_N ? p->seqlen_k - n0 : BLOCK_N, dq_acc, d_row);
+    }
+#pragma omp parallel for
+    for (long long r = 0; r < rows; r++) {
+        const int i = (int)(r % p->seqlen_q), h = (int)(r / p->seqlen_q % p->heads_q), b = (int)(r / p->seqlen_q / p->heads_q);
+        uint16_t *dqrow = (uint16_t *)bp->dq + b * bp->dq_batch_stride + (int64_t)i * bp->dq_row_stride + h * bp->dq_head_stride;
+        for (int c = 0; c < d; c++) dqrow[c] = fa2_from_float(dq_acc[r * d + c], p->dtype);
+    }
+    return FA2_OK;
+}
+
 int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
     if (!fa2_validate_params(p, why, why_len)) return 0;
