@@ -40,7 +40,7 @@ STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
 GPU_IDS    := $(filter-out 00,$(STEP_IDS))
 PORTABLE_IDS := $(filter-out $(HOPPER_STEPS),$(GPU_IDS))
 
-HARNESS    := cli data reference check buffers device util validate device_limits
+HARNESS    := cli data reference reference_backward check buffers device util validate device_limits
 # What a GPU step's shared library links besides its kernel: the ABI's shared checks
 # and the device limits every launch decision reads.
 STEP_LIB_O := $(BUILD)/common/validate.o $(BUILD)/common/device_limits.o
@@ -178,11 +178,15 @@ plots: $(filter .venv/bin/python,$(PLOT_PYTHON))
 .PHONY: reference-programs
 reference-programs: $(REFERENCE_TARGETS)
 
-TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_checker $(BUILD)/tests/test_abi $(BUILD)/tests/test_limits $(BUILD)/tests/gpu_matrix
+TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_backward $(BUILD)/tests/test_checker $(BUILD)/tests/test_abi $(BUILD)/tests/test_limits $(BUILD)/tests/gpu_matrix
 .PHONY: test-programs
 test-programs: $(TEST_PROGRAMS)
 
 $(BUILD)/tests/test_cpu: tests/test_cpu.c $(BUILD)/step00/kernel.o $(HARNESS_O) common/*.h tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/step00/kernel.o $(HARNESS_O) $(CUDA_LIBS) -o $@
+
+$(BUILD)/tests/test_backward: tests/test_backward.c $(BUILD)/step00/kernel.o $(HARNESS_O) common/*.h tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/step00/kernel.o $(HARNESS_O) $(CUDA_LIBS) -o $@
 

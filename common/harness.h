@@ -85,6 +85,24 @@ void fa2_reference_alloc(fa2_reference *ref, const fa2_row_set *rs, int head_dim
 void fa2_reference_free(fa2_reference *ref);
 void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, fa2_reference *ref);
 
+/* ---- the fp64 forward and backward on whole dense tensors (reference_backward.c) ----
+ * double [batch, seqlen, heads, head_dim] tensors, LSE double [batch, heads_q, seqlen_q]
+ * (lse may be NULL); only shape's sizes, causal and softmax_scale are read. Dense
+ * doubles so a test can perturb any input and take finite differences of the
+ * forward, which is what checks the backward; the backward then checks the steps'.
+ * The backward recomputes P in fp64 (no LSE in: a step's fp32 LSE would leak its
+ * error into the reference) and follows fa2.h: dK and dV sum over a group's query
+ * heads, a row that sees no key gets dQ = 0 and adds nothing, NaN as IEEE has it. */
+void fa2_ref_forward_f64(const fa2_params *shape, const double *q, const double *k, const double *v, double *o,
+                         double *lse);
+void fa2_ref_backward_f64(const fa2_params *shape, const double *q, const double *k, const double *v,
+                          const double *dout, double *dq, double *dk, double *dv);
+/* The same with D = rowsum(dO * O) from a given O (a step's forward output, in the
+ * dtype), as FA2 computes it: with peaky scores that rounding of O moves dQ and dK by
+ * many units of the dtype, and this is what tells that from a step's own error. */
+void fa2_ref_backward_from_o_f64(const fa2_params *shape, const double *q, const double *k, const double *v,
+                                 const double *o, const double *dout, double *dq, double *dk, double *dv);
+
 /* The bit pattern O and LSE are filled with before a run: all bits set, a NaN in
  * fp16, bf16 and fp32 that no arithmetic produces (a computed NaN has the sign bit
  * clear), so an element still holding it was never written. */
