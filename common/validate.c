@@ -166,6 +166,84 @@ int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t w
     return 1;
 }
 
+/* ---- the backward's params ---- */
+
+static const char *const GRAD_NAMES[4] = {"dout", "dq", "dk", "dv"};
+
+/* dO, dQ, dK, dV: laid out as O, Q, K, V. */
+static void grads_of(const fa2_bwd_params *bp, const void *bases[4], dim d[4][4])
+{
+    const fa2_params *p = &bp->fwd;
+    bases[0] = bp->dout, bases[1] = bp->dq, bases[2] = bp->dk, bases[3] = bp->dv;
+    dims_of(d[0], p->batch, p->seqlen_q, p->heads_q, p->head_dim, bp->dout_batch_stride, bp->dout_row_stride, bp->dout_head_stride);
+    dims_of(d[1], p->batch, p->seqlen_q, p->heads_q, p->head_dim, bp->dq_batch_stride, bp->dq_row_stride, bp->dq_head_stride);
+    dims_of(d[2], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, bp->dk_batch_stride, bp->dk_row_stride, bp->dk_head_stride);
+    dims_of(d[3], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, bp->dv_batch_stride, bp->dv_row_stride, bp->dv_head_stride);
+}
+
+int fa2_validate_bwd_params(const fa2_bwd_params *bp, char *why, size_t why_len)
+{
+    if (!bp) REFUSE("params is NULL");
+    const fa2_params *p = &bp->fwd;
+    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (!p->lse) REFUSE("lse is NULL (allowed: the forward's LSE, from which the backward recomputes P)");
+    if (!bp->dout || !bp->dq || !bp->dk || !bp->dv) REFUSE("dout, dq, dk and dv must all be set");
+    const void *bases[4], *fwd_bases[4];
+    dim d[4][4], fwd_d[4][4];
+    grads_of(bp, bases, d);
+    tensors_of(p, fwd_bases, fwd_d);
+    range ranges[4], reads[5];
+    for (int t = 0; t < 4; t++) {
+        for (int i = 1; i < 4; i++)
+            if (d[t][i].stride < 1)
+                REFUSE("%s_%s_stride %lld (allowed: >= 1 element)", GRAD_NAMES[t], DIM_NAMES[i], (long long)d[t][i].stride);
+        if ((uintptr_t)bases[t] % 2) REFUSE("%s at address %p (allowed: 2-byte aligned, a 16-bit element)", GRAD_NAMES[t], bases[t]);
+        const int64_t last = last_offset(d[t]);
+        if (last < 0)
+            REFUSE("%s: its sizes and strides reach an element offset past 2^61 (allowed: offsets below 2^61 "
+                   "elements, so that byte offsets fit in int64)", GRAD_NAMES[t]);
+        ranges[t] = bytes_of(bases[t], last, 2);
+    }
+    /* What the backward reads: q, k, v, o (fa2_validate_params passed: offsets >= 0), lse, dout. */
+    for (int t = 0; t < 4; t++) reads[t] = bytes_of(fwd_bases[t], last_offset(fwd_d[t]), 2);
+    reads[4] = lse_bytes(p);
+    static const char *const READ_NAMES[5] = {"q", "k", "v", "o", "lse"};
+    for (int t = 1; t < 4; t++) {
+        if (!dims_nest(d[t]))
+            REFUSE("%s strides let two elements share an address (allowed: strides that nest, so every element is "
+                   "written once)", GRAD_NAMES[t]);
+        for (int r = 0; r < 5; r++)
+            if (overlap(ranges[t], reads[r])) REFUSE("%s overlaps %s (allowed: an output apart from the inputs)", GRAD_NAMES[t], READ_NAMES[r]);
+        for (int u = 0; u < 4; u++)
+            if (u != t && overlap(ranges[t], ranges[u]))
+                REFUSE("%s overlaps %s (allowed: an output apart from the inputs and the other outputs)", GRAD_NAMES[t], GRAD_NAMES[u]);
+    }
+    return 1;
+}
+
+int fa2_validate_bwd_workspace(const fa2_bwd_params *bp, size_t need, char *why, size_t why_len)
+{
+    if (need && (!bp->fwd.workspace || bp->fwd.workspace_bytes < need))
+        REFUSE("workspace %p of %zu bytes (allowed: at least %zu bytes, fa2_backward_workspace_size)", bp->fwd.workspace,
+               bp->fwd.workspace_bytes, need);
+    if (!fa2_validate_workspace(&bp->fwd, need, why, why_len)) return 0;
+    if (need == 0) return 1;
+    const range ws = bytes_of(bp->fwd.workspace, (int64_t)bp->fwd.workspace_bytes - 1, 1);
+    const void *bases[4];
+    dim d[4][4];
+    grads_of(bp, bases, d);
+    for (int t = 0; t < 4; t++) /* fa2_validate_bwd_params passed: last_offset is >= 0 */
+        if (overlap(ws, bytes_of(bases[t], last_offset(d[t]), 2)))
+            REFUSE("workspace overlaps %s (allowed: memory apart from every tensor)", GRAD_NAMES[t]);
+    return 1;
+}
+
+int fa2_refuse_backward(const fa2_bwd_params *bp, const char *step, char *why, size_t why_len)
+{
+    if (!fa2_validate_bwd_params(bp, why, why_len)) return 0;
+    REFUSE("fa2_backward: step %s computes the forward alone (allowed: a step with a backward: 00)", step);
+}
+
 static _Thread_local char last_error[256];
 
 int fa2_fail(const char *call, const char *reason)

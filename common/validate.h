@@ -29,6 +29,18 @@ int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, cha
  * and lse (a step that needs a workspace calls this); otherwise 0 and one line. */
 int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t why_len);
 
+/* The backward's checks: fa2_validate_params on its forward params, an LSE to read,
+ * dout, dq, dk and dv set, their strides and alignment as the forward's tensors', and
+ * dq, dk and dv each written once, apart from every input and from each other. */
+int fa2_validate_bwd_params(const fa2_bwd_params *p, char *why, size_t why_len);
+
+/* fa2_validate_workspace for a backward: also apart from dout, dq, dk and dv. */
+int fa2_validate_bwd_workspace(const fa2_bwd_params *p, size_t need, char *why, size_t why_len);
+
+/* What fa2_backward_supports says in a step without a backward: the params' own
+ * refusal where they are bad, else one line saying the step has no backward. Returns 0. */
+int fa2_refuse_backward(const fa2_bwd_params *p, const char *step, char *why, size_t why_len);
+
 /* Records that `call` (its text up to the first '(' is kept) failed with
  * `reason`, for fa2_last_error(); returns FA2_ERR_LAUNCH. */
 int fa2_fail(const char *call, const char *reason);

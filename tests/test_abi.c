@@ -47,6 +47,22 @@ static fa2_params base_params(void)
     return p;
 }
 
+/* The backward's params: the forward's (with an LSE), and dO, dQ, dK, dV each in a
+ * region of its own size after the forward's tensors and LSE, before the workspace. */
+static fa2_bwd_params base_bwd_params(void)
+{
+    fa2_bwd_params bp = {0};
+    bp.fwd = base_params();
+    fa2_set_dense_bwd_strides(&bp);
+    unsigned char *at = (unsigned char *)bp.fwd.lse + (size_t)B * HQ * NQ * 4;
+    const size_t q_bytes = (size_t)B * NQ * HQ * D * 2, kv_bytes = (size_t)B * NK * HKV * D * 2;
+    bp.dout = at, at += q_bytes;
+    bp.dq = at, at += q_bytes;
+    bp.dk = at, at += kv_bytes;
+    bp.dv = at;
+    return bp;
+}
+
 typedef enum { MUST_REFUSE, MAY_REFUSE, REFUSE_IF_WORKSPACE } expectation;
 typedef struct {
     const char *what;  /* the break, in words */
@@ -144,6 +160,63 @@ static void check_refusal(const step_abi *s, const breakage *br, int base_refuse
            detail, "%s refuses %s: %s", s->name(), br->what, why);
 }
 
+/* The backward's refusals: a bad field must be refused in one line naming it by every
+ * step, with nothing touched; the unbroken params are computed by a step with a backward
+ * and refused, in one line saying so, by every other. */
+static void bwd_lse_null(fa2_bwd_params *p) { p->fwd.lse = NULL; }
+static void bwd_dout_null(fa2_bwd_params *p) { p->dout = NULL; }
+static void bwd_dq_row_stride_zero(fa2_bwd_params *p) { p->dq_row_stride = 0; }
+static void bwd_dk_is_k(fa2_bwd_params *p) { p->dk = (void *)p->fwd.k; }
+static void bwd_dv_is_dq(fa2_bwd_params *p) { p->dv = p->dq; }
+static void bwd_dq_odd(fa2_bwd_params *p) { p->dq = (char *)p->dq + 1; }
+static void bwd_dk_heads_overlap(fa2_bwd_params *p) { p->dk_head_stride = D / 2; }
+static void bwd_scale_nan(fa2_bwd_params *p) { p->fwd.softmax_scale = NAN; }
+static void bwd_workspace_short(fa2_bwd_params *p) { p->fwd.workspace_bytes = 16; }
+static void bwd_workspace_on_dv(fa2_bwd_params *p) { p->fwd.workspace = p->dv; }
+typedef struct {
+    const char *what, *field;
+    int if_workspace; /* only a step that needs a workspace must refuse it */
+    void (*apply)(fa2_bwd_params *p);
+} bwd_breakage;
+static const bwd_breakage bwd_breaks[] = {
+    {"lse NULL", "lse", 0, bwd_lse_null},
+    {"dout NULL", "dout", 0, bwd_dout_null},
+    {"dq_row_stride 0", "dq_row_stride", 0, bwd_dq_row_stride_zero},
+    {"dk on top of k", "dk overlaps k", 0, bwd_dk_is_k},
+    {"dv on top of dq", "overlaps", 0, bwd_dv_is_dq},
+    {"dq 1 byte off", "dq at address", 0, bwd_dq_odd},
+    {"dk heads overlapping", "dk strides", 0, bwd_dk_heads_overlap},
+    {"softmax_scale NaN", "softmax_scale", 0, bwd_scale_nan},
+    {"a backward workspace of 16 bytes", "workspace", 1, bwd_workspace_short},
+    {"the backward workspace on top of dv", "workspace overlaps dv", 1, bwd_workspace_on_dv},
+};
+
+static void check_backward(const step_abi *s)
+{
+    char why[256] = "", detail[600];
+    fa2_bwd_params bp = base_bwd_params();
+    const size_t need = s->backward_workspace_size(&bp);
+    const int has_backward = s->backward_supports(&bp, why, sizeof why);
+    report(has_backward || (why[0] && !strchr(why, '\n') && strstr(why, "forward alone")), why,
+           "%s: the backward of unbroken params is %s", s->name(), has_backward ? "computed" : "refused in one line");
+    for (size_t i = 0; i < sizeof bwd_breaks / sizeof *bwd_breaks; i++) {
+        const bwd_breakage *br = &bwd_breaks[i];
+        if (br->if_workspace && need == 0) continue;
+        fa2_bwd_params p = base_bwd_params();
+        br->apply(&p);
+        why[0] = 0;
+        memcpy(arena_copy, arena, ARENA_BYTES);
+        const int supported = s->backward_supports(&p, why, sizeof why);
+        const int rc = s->backward(&p, NULL);
+        const int untouched = memcmp(arena, arena_copy, ARENA_BYTES) == 0;
+        const int one_line = why[0] && !strchr(why, '\n') && strstr(why, br->field);
+        snprintf(detail, sizeof detail, "supports %d why '%s' (must name '%s'), backward %d, memory %s", supported, why,
+                 br->field, rc, untouched ? "untouched" : "CHANGED");
+        report(!supported && one_line && rc == FA2_ERR_UNSUPPORTED && untouched, detail, "%s refuses the backward of %s: %s",
+               s->name(), br->what, why);
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -167,6 +240,7 @@ int main(int argc, char **argv)
         const int base_refused = !s.supports(&p, why, sizeof why);
         if (base_refused) printf("SKIP %s supports none of these params here (%s): only its refusals are checked\n", s.name(), why);
         for (size_t i = 0; i < sizeof breaks / sizeof *breaks; i++) check_refusal(&s, &breaks[i], base_refused);
+        check_backward(&s);
     }
     free(arena);
     free(arena_copy);

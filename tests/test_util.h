@@ -40,6 +40,9 @@ typedef struct {
     size_t (*workspace_size)(const fa2_params *);
     const char *(*last_error)(void);
     const char *(*name)(void);
+    int (*backward)(const fa2_bwd_params *, void *);
+    int (*backward_supports)(const fa2_bwd_params *, char *, size_t);
+    size_t (*backward_workspace_size)(const fa2_bwd_params *);
 } step_abi;
 
 /* 1 if every function of the ABI was found in the library at path. */
@@ -57,7 +60,11 @@ static inline int step_abi_load(step_abi *s, const char *path)
     *(void **)&s->workspace_size = dlsym(handle, "fa2_workspace_size");
     *(void **)&s->last_error = dlsym(handle, "fa2_last_error");
     *(void **)&s->name = dlsym(handle, "fa2_name");
-    return s->forward && s->supports && s->config && s->config_count && s->config_smem && s->workspace_size && s->last_error && s->name;
+    *(void **)&s->backward = dlsym(handle, "fa2_backward");
+    *(void **)&s->backward_supports = dlsym(handle, "fa2_backward_supports");
+    *(void **)&s->backward_workspace_size = dlsym(handle, "fa2_backward_workspace_size");
+    return s->forward && s->supports && s->config && s->config_count && s->config_smem && s->workspace_size && s->last_error && s->name &&
+           s->backward && s->backward_supports && s->backward_workspace_size;
 }
 
 /* Where a NaN goes: none, a whole row of Q, a whole row of K, one element of V. */

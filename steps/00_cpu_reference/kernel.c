@@ -259,17 +259,8 @@ size_t fa2_backward_workspace_size(const fa2_bwd_params *p)
 
 int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t why_len)
 {
-    if (!fa2_supports(&p->fwd, why, why_len)) return 0;
-    if (!p->fwd.lse || !p->dout || !p->dq || !p->dk || !p->dv) {
-        if (why) snprintf(why, why_len, "lse, dout, dq, dk and dv (allowed: all set: the backward reads LSE and dO and writes the three)");
-        return 0;
-    }
-    if (p->fwd.workspace_bytes < fa2_backward_workspace_size(p) || !p->fwd.workspace) {
-        if (why) snprintf(why, why_len, "workspace of %zu bytes (allowed: at least %zu, fa2_backward_workspace_size)",
-                          p->fwd.workspace_bytes, fa2_backward_workspace_size(p));
-        return 0;
-    }
-    return 1;
+    if (!fa2_validate_bwd_params(p, why, why_len) || !fa2_supports(&p->fwd, why, why_len)) return 0;
+    return fa2_validate_bwd_workspace(p, fa2_backward_workspace_size(p), why, why_len);
 }
 
 /* The gradients of one key tile of kv head hk: rows [n0, n0 + cols) of dK and dV. */

@@ -805,3 +805,9 @@ extern "C" const char *fa2_name(void) { return "09_warp_specialized"; }
 extern "C" const char *fa2_key_change(void) { return "a producer warpgroup issues the copies; consumer warpgroups compute, taking turns at the tensor cores"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
+
+// No backward in this step: every call is refused in one line (the params' own refusal
+// where they are bad), and nothing is touched.
+extern "C" int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t why_len) { return fa2_refuse_backward(p, fa2_name(), why, why_len); }
+extern "C" int fa2_backward(const fa2_bwd_params *, void *) { return FA2_ERR_UNSUPPORTED; }
+extern "C" size_t fa2_backward_workspace_size(const fa2_bwd_params *) { return 0; }

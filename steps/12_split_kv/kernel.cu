@@ -834,3 +834,9 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 extern "C" const char *fa2_name(void) { return "12_split_kv"; }
 extern "C" const char *fa2_key_change(void) { return "split-KV decode: a GQA group's heads packed as rows, keys split over blocks and warps, merged by LSE"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
+
+// No backward in this step: every call is refused in one line (the params' own refusal
+// where they are bad), and nothing is touched.
+extern "C" int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t why_len) { return fa2_refuse_backward(p, fa2_name(), why, why_len); }
+extern "C" int fa2_backward(const fa2_bwd_params *, void *) { return FA2_ERR_UNSUPPORTED; }
+extern "C" size_t fa2_backward_workspace_size(const fa2_bwd_params *) { return 0; }
