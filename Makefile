@@ -67,6 +67,7 @@ help:
 	@echo "make clean                    remove build/"
 	@echo "steps: $(notdir $(STEP_DIRS))"
 	@echo "ARCH: $(ARCHS), PTX for compute_$(ARCH_PTX) (override: ARCH=90, ARCH=120...; steps $(HOPPER_STEPS): sm_90a only)"
+	@echo "FA2_EMULATE=PRESET make ...  every decision from another GPU's published limits (build/step00/fa2 --help lists them; ARGS=--plan shows a step's choice)"
 
 all: $(foreach i,$(STEP_IDS),$(BUILD)/step$(i)/fa2 $(BUILD)/step$(i)/libfa2.so) test-programs reference-programs
 
