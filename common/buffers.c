@@ -1,10 +1,12 @@
-/* buffers.c - the tensors one forward call works on: inputs copied to where the
- * step runs (GPU or host), outputs poisoned with NaN so that an element the
- * step never writes fails the check. */
+/* buffers.c - the tensors one forward call works on, and one backward call (dO
+ * and dQ, dK, dV): inputs copied to where the step runs (GPU or host), outputs
+ * poisoned with NaN so that an element the step never writes fails the check. */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
+#include "numeric.h"
 
 void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu, size_t workspace_bytes)
 {
@@ -87,4 +89,100 @@ fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const
     fa2_reference_free(&ref);
     fa2_rows_free(&rs);
     return chk;
+}
+
+/* ---- the backward ---- */
+
+/* splitmix64 draw n of `seed` and Box-Muller, as data.c draws Q, K and V. */
+static uint64_t splitmix64_at(uint64_t seed, uint64_t n)
+{
+    uint64_t z = seed + (n + 1) * 0x9e3779b97f4a7c15ull;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static double uniform01(uint64_t seed, uint64_t n) { return ((splitmix64_at(seed, n) >> 11) + 1) * (1.0 / 9007199254740992.0); }
+
+uint16_t *fa2_dout_make(const fa2_params *p, uint64_t seed)
+{
+    const size_t n = fa2_numel_q(p);
+    uint16_t *x = fa2_xmalloc(n * sizeof(uint16_t), "dO");
+    const uint64_t stream = seed * 3 + 0x44; /* Q, K and V draw from seed * 3 + 0x51, 0x4b, 0x56 */
+    const long long pairs = (long long)((n + 1) / 2);
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < pairs; i++) {
+        const double r = sqrt(-2.0 * log(uniform01(stream, 2 * (uint64_t)i))),
+                     a = 6.283185307179586 * uniform01(stream, 2 * (uint64_t)i + 1);
+        x[2 * i] = fa2_from_float((float)(r * cos(a)), p->dtype);
+        if ((size_t)(2 * i + 1) < n) x[2 * i + 1] = fa2_from_float((float)(r * sin(a)), p->dtype);
+    }
+    return x;
+}
+
+void fa2_bwd_buffers_make(fa2_bwd_params *bp, const fa2_params *run, const uint16_t *dout_host, int on_gpu,
+                          size_t workspace_bytes)
+{
+    const size_t nq = fa2_numel_q(run) * 2, nkv = fa2_numel_kv(run) * 2;
+    memset(bp, 0, sizeof *bp);
+    bp->fwd = *run; /* q, k, v, o and lse: the forward's, read */
+    fa2_set_dense_bwd_strides(bp);
+    if (on_gpu) {
+        void *dout = fa2_device_alloc(nq);
+        fa2_device_upload(dout, dout_host, nq);
+        bp->dout = dout;
+        bp->dq = fa2_device_alloc(nq);
+        bp->dk = fa2_device_alloc(nkv);
+        bp->dv = fa2_device_alloc(nkv);
+        bp->fwd.workspace = workspace_bytes ? fa2_device_alloc(workspace_bytes) : NULL;
+        fa2_device_poison(bp->dq, nq);
+        fa2_device_poison(bp->dk, nkv);
+        fa2_device_poison(bp->dv, nkv);
+        if (workspace_bytes) fa2_device_poison(bp->fwd.workspace, workspace_bytes);
+    } else {
+        bp->dout = dout_host;
+        bp->dq = fa2_xmalloc(nq, "dQ");
+        bp->dk = fa2_xmalloc(nkv, "dK");
+        bp->dv = fa2_xmalloc(nkv, "dV");
+        bp->fwd.workspace = workspace_bytes ? fa2_xmalloc(workspace_bytes, "the backward's workspace") : NULL;
+        memset(bp->dq, 0xff, nq); /* FA2_POISON16 in every element */
+        memset(bp->dk, 0xff, nkv);
+        memset(bp->dv, 0xff, nkv);
+        if (workspace_bytes) memset(bp->fwd.workspace, 0xff, workspace_bytes); /* no step may count on zeros */
+    }
+    bp->fwd.workspace_bytes = workspace_bytes;
+}
+
+void fa2_bwd_buffers_fetch(const fa2_bwd_params *bp, int on_gpu, uint16_t *dq_host, uint16_t *dk_host,
+                           uint16_t *dv_host)
+{
+    const size_t nq = fa2_numel_q(&bp->fwd) * 2, nkv = fa2_numel_kv(&bp->fwd) * 2;
+    if (on_gpu) {
+        fa2_device_sync();
+        fa2_device_download(dq_host, bp->dq, nq);
+        fa2_device_download(dk_host, bp->dk, nkv);
+        fa2_device_download(dv_host, bp->dv, nkv);
+    } else {
+        memcpy(dq_host, bp->dq, nq);
+        memcpy(dk_host, bp->dk, nkv);
+        memcpy(dv_host, bp->dv, nkv);
+    }
+}
+
+void fa2_bwd_buffers_free(fa2_bwd_params *bp, int on_gpu)
+{
+    if (on_gpu) {
+        fa2_device_free((void *)bp->dout);
+        fa2_device_free(bp->dq);
+        fa2_device_free(bp->dk);
+        fa2_device_free(bp->dv);
+        if (bp->fwd.workspace) fa2_device_free(bp->fwd.workspace);
+    } else { /* dout is the caller's */
+        free(bp->dq);
+        free(bp->dk);
+        free(bp->dv);
+        free(bp->fwd.workspace);
+    }
+    bp->dout = NULL;
+    bp->dq = bp->dk = bp->dv = bp->fwd.workspace = NULL;
 }

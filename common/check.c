@@ -35,6 +35,7 @@
  * holding the poison bits was never written, and fails.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
@@ -112,4 +113,87 @@ long fa2_count_unwritten(const fa2_params *p, const uint16_t *o, const float *ls
     if (lse)
         for (size_t i = 0; i < fa2_numel_lse(p); i++) unwritten += float_bits(lse[i]) == FA2_POISON32;
     return unwritten;
+}
+
+/* ---- the backward ----------------------------------------------------------------
+ * dQ, dK and dV against the fp64 backward given the step's own O: D = rowsum(dO * O)
+ * taken from O in the dtype, as FA2 takes it (fa2_ref_backward_from_o_f64).
+ * The bound on each tensor's relative L2 error is 8 u (u = 2^-11 fp16, 2^-8 bf16:
+ * 3.9e-3 and 3.1e-2), the bound tests/test_backward.c holds step 00 to, and why: P and
+ * dS are rounded to the dtype before their products (the tensor cores take 16-bit
+ * operands) and dQ, dK, dV on output, each a relative error of at most u per element,
+ * mostly random in sign, so a tensor's relative L2 error sits near 1-2 u (step 00:
+ * 0.4-1.7 u), while a wrong row, head or tile of a 100-row tensor moves it by ~0.1.
+ * The reference is given the step's O rather than its own fp64 O because where one
+ * key takes nearly all of a row's weight (--scale 30) dP - D nearly cancels, and O's
+ * rounding to 16 bits moves dQ and dK by 2 to 90 u of the exact gradient: a cost of
+ * the algorithm (the forward keeps O in the dtype), not of the step. The O given is
+ * the one the forward check above held to the fp64 forward. */
+#define FA2_BWD_TOL_U 8.0
+
+double fa2_bwd_reference_macs(const fa2_params *p)
+{
+    return (double)p->batch * p->heads_q * fa2_visible_pairs(p) * p->head_dim;
+}
+
+static double *to_doubles(const uint16_t *x, size_t n, fa2_dtype t, const char *what)
+{
+    double *y = fa2_xmalloc(sizeof(double) * (n ? n : 1), what);
+#pragma omp parallel for schedule(static)
+    for (long long i = 0; i < (long long)n; i++) y[i] = fa2_to_float(x[i], t);
+    return y;
+}
+
+fa2_bwd_check_result fa2_check_backward(const fa2_problem *pr, const uint16_t *o, const uint16_t *dout,
+                                        const uint16_t *dq, const uint16_t *dk, const uint16_t *dv)
+{
+    const fa2_params *p = &pr->p;
+    const fa2_dtype t = p->dtype;
+    const size_t nq = fa2_numel_q(p), nkv = fa2_numel_kv(p);
+    double *q64 = to_doubles(pr->q, nq, t, "the fp64 Q"), *k64 = to_doubles(pr->k, nkv, t, "the fp64 K");
+    double *v64 = to_doubles(pr->v, nkv, t, "the fp64 V"), *o64 = to_doubles(o, nq, t, "the fp64 O");
+    double *do64 = to_doubles(dout, nq, t, "the fp64 dO");
+    double *ref[3] = {fa2_xmalloc(sizeof(double) * (nq ? nq : 1), "the fp64 reference dQ"),
+                      fa2_xmalloc(sizeof(double) * (nkv ? nkv : 1), "the fp64 reference dK"),
+                      fa2_xmalloc(sizeof(double) * (nkv ? nkv : 1), "the fp64 reference dV")};
+    fa2_ref_backward_from_o_f64(p, q64, k64, v64, o64, do64, ref[0], ref[1], ref[2]);
+    free(q64), free(k64), free(v64), free(o64), free(do64);
+
+    fa2_bwd_check_result r;
+    memset(&r, 0, sizeof r);
+    r.tol = FA2_BWD_TOL_U * (t == FA2_BF16 ? 1.0 / 256 : 1.0 / 2048);
+    const uint16_t *out[3] = {dq, dk, dv};
+    const size_t n[3] = {nq, nkv, nkv};
+    r.pass = 1;
+    for (int g = 0; g < 3; g++) {
+        double err2 = 0, ref2 = 0, max_abs = 0;
+        long nonfinite = 0, missed = 0, unwritten = 0;
+        const uint16_t *x = out[g];
+        const double *want = ref[g];
+#pragma omp parallel for schedule(static) reduction(+ : err2, ref2, nonfinite, missed, unwritten) reduction(max : max_abs)
+        for (long long i = 0; i < (long long)n[g]; i++) {
+            const double got = fa2_to_float(x[i], t), w = want[i];
+            if (x[i] == FA2_POISON16) {
+                unwritten++;
+            } else if (!isfinite(w)) { /* NaN reached the entry: the step's must be NaN too */
+                missed += isnan(w) ? !isnan(got) : got != w;
+            } else if (!isfinite(got)) {
+                nonfinite++;
+            } else {
+                const double e = fabs(got - w);
+                err2 += e * e;
+                ref2 += w * w;
+                if (e > max_abs) max_abs = e;
+            }
+        }
+        r.rel_l2[g] = ref2 > 0 ? sqrt(err2 / ref2) : sqrt(err2);
+        r.max_abs[g] = max_abs;
+        r.nonfinite += nonfinite;
+        r.special_missed += missed;
+        r.unwritten += unwritten;
+        r.pass = r.pass && r.rel_l2[g] <= r.tol;
+        free(ref[g]);
+    }
+    r.pass = r.pass && r.nonfinite == 0 && r.special_missed == 0 && r.unwritten == 0;
+    return r;
 }

@@ -20,13 +20,17 @@ static const char *usage_text =
     "  --seqlen-k N       key rows (instead of --seqlen)\n"
     "  --dim N            head dimension                            (default 128)\n"
     "  --causal           bottom-right causal mask, as FlashAttention-2\n"
+    "  --backward         also the backward: dQ, dK, dV checked against fp64 (given the\n"
+    "                     step's O), then timed on a second line (step 00 only so far)\n"
     "  --dtype T          fp16 | bf16                               (default fp16)\n"
     "  --seed N           input seed                                (default 1)\n"
     "  --scale X          scales Q and K; larger makes the softmax peaky (default 1)\n"
     "  --warmup N         untimed launches                          (default 10 GPU, 0 CPU)\n"
     "  --iters N          timed launches, median reported           (default 100 GPU, 3 CPU)\n"
     "  --check M          full | sample | off                       (default sample:\n"
-    "                     every row of small problems, a spread of rows of large ones)\n"
+    "                     every row of small problems, a spread of rows of large ones;\n"
+    "                     the backward whole up to 2^30 multiply-adds of its fp64\n"
+    "                     reference, else UNCHECKED; full checks it whatever its size)\n"
     "  --csv FILE         append one result row to FILE (opened before any work)\n"
     "  --plan             print the configuration the step would launch, and its shared\n"
     "                     memory, then stop: no GPU needed under FA2_EMULATE\n"
@@ -107,6 +111,12 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
             if (val) die_usage("--causal", val, "no value: --causal alone turns the mask on");
             if (opt->causal) die_usage("--causal", "--causal", "each flag once");
             opt->causal = 1;
+            continue;
+        }
+        if (!strcmp(flag, "--backward")) {
+            if (val) die_usage("--backward", val, "no value: --backward alone");
+            if (opt->backward) die_usage("--backward", "--backward", "each flag once");
+            opt->backward = 1;
             continue;
         }
         if (!strcmp(flag, "--plan")) {

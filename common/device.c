@@ -73,8 +73,8 @@ void fa2_stream_download(void *dst, const void *src, size_t bytes, void *stream)
     CUDA_CHECK(cudaStreamSynchronize((cudaStream_t)stream));
 }
 
-int fa2_time_gpu(int (*forward)(const fa2_params *, void *), const fa2_params *p, const fa2_device_info *dev,
-                 int warmup, int iters, double *ms_out)
+int fa2_time_gpu(int (*launch)(const void *ctx), const void *ctx, const fa2_device_info *dev, int warmup, int iters,
+                 double *ms_out)
 {
     size_t flush_bytes = 2 * (dev->l2_bytes ? dev->l2_bytes : (64u << 20));
     void *flush = fa2_device_alloc(flush_bytes);
@@ -85,11 +85,11 @@ int fa2_time_gpu(int (*forward)(const fa2_params *, void *), const fa2_params *p
         CUDA_CHECK(cudaEventCreate(&stop[i]));
     }
     int rc = 0;
-    for (int i = 0; i < warmup && !rc; i++) rc = forward(p, NULL);
+    for (int i = 0; i < warmup && !rc; i++) rc = launch(ctx);
     for (int i = 0; i < iters && !rc; i++) {
-        CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, NULL)); /* evicts Q, K, V from L2 */
+        CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, NULL)); /* evicts the inputs from L2 */
         CUDA_CHECK(cudaEventRecord(start[i], NULL));
-        rc = forward(p, NULL);
+        rc = launch(ctx);
         CUDA_CHECK(cudaEventRecord(stop[i], NULL));
     }
     CUDA_CHECK(cudaDeviceSynchronize());

@@ -21,6 +21,7 @@ typedef struct {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
     int causal;
     int plan; /* --plan: print the configuration, run nothing */
+    int backward; /* --backward: also check and time the backward (fa2_backward) */
     fa2_dtype dtype;
     uint64_t seed;
     float input_scale; /* multiplies the N(0,1) Q and K; > 1 makes the softmax peaky */
@@ -152,6 +153,41 @@ void fa2_buffers_free(fa2_params *run, int on_gpu);
 fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const uint16_t *o_host,
                                    const float *lse_host);
 
+/* ---- the backward's buffers and check (buffers.c, check.c) ---- */
+/* dO: N(0, 1) rounded to the dtype, dense like O, drawn as data.c draws Q, K and V
+ * from a stream of `seed` of its own (they do not change with --backward). */
+uint16_t *fa2_dout_make(const fa2_params *p, uint64_t seed);
+
+/* bp = the backward of `run` (the forward's params and buffers, where the step runs),
+ * dense strides: dO copied there (on the CPU, dout_host itself), dQ, dK, dV and a
+ * workspace of workspace_bytes (the step's fa2_backward_workspace_size) allocated
+ * there and poisoned with NaN (all bits set) so that an element never written fails. */
+void fa2_bwd_buffers_make(fa2_bwd_params *bp, const fa2_params *run, const uint16_t *dout_host, int on_gpu,
+                          size_t workspace_bytes);
+/* Waits for the step and copies dQ, dK and dV (dense) to the host. */
+void fa2_bwd_buffers_fetch(const fa2_bwd_params *bp, int on_gpu, uint16_t *dq_host, uint16_t *dk_host,
+                           uint16_t *dv_host);
+/* Frees what fa2_bwd_buffers_make allocated (not the forward's buffers). */
+void fa2_bwd_buffers_free(fa2_bwd_params *bp, int on_gpu);
+
+typedef struct {
+    double rel_l2[3];    /* dQ, dK, dV: ||x - ref|| / ||ref|| over the entries where both are finite */
+    double max_abs[3];   /* max |x - ref| over the same entries */
+    double tol;          /* the bound on each rel_l2 (check.c says why) */
+    long nonfinite;      /* NaN or inf where the reference is finite */
+    long special_missed; /* entries where the reference is NaN (or inf) and the output is not the same */
+    long unwritten;      /* entries still holding the poison */
+    int pass;
+} fa2_bwd_check_result;
+
+/* Multiply-adds of one head-dim product for every visible (query, key) pair of every
+ * head: the size of the fp64 reference backward's work (it does about nine of them). */
+double fa2_bwd_reference_macs(const fa2_params *p);
+/* Dense host tensors: dQ, dK and dV against fa2_ref_backward_from_o_f64 on pr's inputs,
+ * dout and the step's own O (o), all as the step saw them. */
+fa2_bwd_check_result fa2_check_backward(const fa2_problem *pr, const uint16_t *o, const uint16_t *dout,
+                                        const uint16_t *dq, const uint16_t *dk, const uint16_t *dv);
+
 /* ---- device memory and timing (device.c) ---- */
 typedef struct {
     char name[128];
@@ -177,12 +213,12 @@ void fa2_stream_destroy(void *stream);
 /* Copies device -> host in the stream's order, then waits for the stream. */
 void fa2_stream_download(void *dst, const void *src, size_t bytes, void *stream);
 
-/* Times `iters` launches of forward(p) after `warmup` untimed ones. Before each
- * timed launch a buffer twice the size of L2 is written, so inputs come from
- * DRAM, then the launch alone sits between two events. Writes per-launch times
- * in ms into ms_out[iters]. Returns 0, or an fa2 error code. */
-int fa2_time_gpu(int (*forward)(const fa2_params *, void *), const fa2_params *p, const fa2_device_info *dev,
-                 int warmup, int iters, double *ms_out);
+/* Times `iters` calls of launch(ctx) (a forward, a backward) after `warmup` untimed
+ * ones. Before each timed call a buffer twice the size of L2 is written, so inputs
+ * come from DRAM, then the call alone sits between two events. Writes per-call times
+ * in ms into ms_out[iters]. Returns 0, or the first non-zero launch(ctx) returned. */
+int fa2_time_gpu(int (*launch)(const void *ctx), const void *ctx, const fa2_device_info *dev, int warmup, int iters,
+                 double *ms_out);
 
 /* ---- small utilities (util.c) ---- */
 typedef struct { double median, min, max; } fa2_stats;
