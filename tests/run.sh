@@ -76,6 +76,7 @@ bad_inputs=(
   "--dtype fp32" "--check maybe" "--iters 0" "--warmup -2" "--scale nan" "--seed" "--frobnicate"
   "--causal=1" "positional" "--csv=" "--seqlen 64 --seqlen-q 32" "--seqlen-k 32 --seqlen 64"
   "--batch 2 --batch 3" "--causal --causal" "--csv $LOG/no-such-dir/out.csv"
+  "--backward --backward" "--backward=1"
 )
 for args in "${bad_inputs[@]}"; do
   # shellcheck disable=SC2086
@@ -102,6 +103,15 @@ for args in "--seqlen 100 --heads 2 --batch 1" "--seqlen-q 33 --seqlen-k 150 --c
   # shellcheck disable=SC2086
   expect_pass "step 00 $args" build/step00/fa2 $args --iters 1
 done
+# the backward: dQ, dK, dV against the fp64 backward given step 00's O, on a second line
+for args in "--seqlen 100 --heads 2 --batch 1 --backward" \
+            "--seqlen-q 33 --seqlen-k 150 --causal --dtype bf16 --dim 64 --heads 4 --kv-heads 1 --backward" \
+            "--seqlen-q 150 --seqlen-k 33 --causal --backward --check full" "--seqlen 300 --heads 2 --scale 30 --backward"; do
+  # shellcheck disable=SC2086
+  if out=$(build/step00/fa2 $args --iters 1 2>&1) && [ "$(echo "$out" | grep -c '| PASS')" -eq 2 ] &&
+     echo "$out" | grep -q ' backward | PASS dq rel_l2'; then result PASS "step 00 $args"
+  else result FAIL "step 00 $args" "$out"; fi
+done
 
 echo "== build every GPU step (binary + shared library)"
 gpu_libs=()
@@ -115,6 +125,7 @@ for dir in steps/[0-9][0-9]_*; do
   fi
   # the GPU binary must refuse unsupported params with one line and exit 2, GPU or not
   expect_error 2 "step $id refuses --dim 96" "build/step$id/fa2" --dim 96
+  expect_error 2 "step $id refuses --backward" "build/step$id/fa2" --backward
 done
 
 # The portable steps (all but the Makefile's HOPPER_STEPS) for one GPU family the default
