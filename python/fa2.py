@@ -12,6 +12,16 @@ place through the fa2.h ABI (a head_dim that is not contiguous is copied first: 
 no stride for it). Returns O as a new [batch, seqlen_q, heads_q, head_dim] tensor and, with
 return_lse, LSE as [batch, heads_q, seqlen_q] float32. The call is ordered on torch's current
 stream. What a step cannot compute raises ValueError with the step's own reason.
+
+Differentiable: where torch's grad mode is on and q, k or v requires grad, the call goes
+through a torch.autograd.Function whose backward runs fa2_backward of backward_step (default:
+the forward's step) on dO, the saved q, k, v, O and LSE (the forward then always computes
+LSE), on torch's current stream; its refusal (every GPU step computes the forward alone so
+far) raises ValueError from .backward() with the step's own reason. dQ, dK and dV come back
+dense, in the dtype; LSE, returned with return_lse, is not differentiable. Elsewhere the call
+is the plain forward, with no autograd in its path.
+    o = fa2.attention(q.requires_grad_(), k, v, causal=True, step="00")   # CPU tensors
+    (o * w).sum().backward()                                              # q.grad from step 00
 Needs only ctypes and torch; the libraries come from `make all` (build/stepNN/libfa2.so).
 """
 import ctypes
@@ -39,6 +49,18 @@ class Fa2Params(ctypes.Structure):
     ]
 
 
+class Fa2BwdParams(ctypes.Structure):
+    """fa2_bwd_params of common/fa2.h, field for field."""
+    _fields_ = [
+        ("fwd", Fa2Params),
+        ("dout", ctypes.c_void_p), ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
+        ("dout_batch_stride", ctypes.c_int64), ("dout_row_stride", ctypes.c_int64), ("dout_head_stride", ctypes.c_int64),
+        ("dq_batch_stride", ctypes.c_int64), ("dq_row_stride", ctypes.c_int64), ("dq_head_stride", ctypes.c_int64),
+        ("dk_batch_stride", ctypes.c_int64), ("dk_row_stride", ctypes.c_int64), ("dk_head_stride", ctypes.c_int64),
+        ("dv_batch_stride", ctypes.c_int64), ("dv_row_stride", ctypes.c_int64), ("dv_head_stride", ctypes.c_int64),
+    ]
+
+
 class Step:
     """One step's libfa2.so with the fa2.h functions typed."""
 
@@ -49,6 +71,10 @@ class Step:
         lib.fa2_supports.argtypes = [ctypes.POINTER(Fa2Params), ctypes.c_char_p, ctypes.c_size_t]
         lib.fa2_workspace_size.argtypes = [ctypes.POINTER(Fa2Params)]
         lib.fa2_workspace_size.restype = ctypes.c_size_t
+        lib.fa2_backward.argtypes = [ctypes.POINTER(Fa2BwdParams), ctypes.c_void_p]
+        lib.fa2_backward_supports.argtypes = [ctypes.POINTER(Fa2BwdParams), ctypes.c_char_p, ctypes.c_size_t]
+        lib.fa2_backward_workspace_size.argtypes = [ctypes.POINTER(Fa2BwdParams)]
+        lib.fa2_backward_workspace_size.restype = ctypes.c_size_t
         for name in ("fa2_name", "fa2_key_change", "fa2_last_error"):
             getattr(lib, name).restype = ctypes.c_char_p
         self.name = lib.fa2_name().decode()
@@ -63,11 +89,23 @@ class Step:
         return bool(self.lib.fa2_supports(ctypes.byref(p), why, len(why))), why.value.decode()
 
     def forward(self, p, stream):
-        rc = self.lib.fa2_forward(ctypes.byref(p), ctypes.c_void_p(stream))
+        self._check(self.lib.fa2_forward(ctypes.byref(p), ctypes.c_void_p(stream)), "fa2_forward")
+
+    def backward_workspace_size(self, bp):
+        return self.lib.fa2_backward_workspace_size(ctypes.byref(bp))
+
+    def backward_supports(self, bp):
+        why = ctypes.create_string_buffer(256)
+        return bool(self.lib.fa2_backward_supports(ctypes.byref(bp), why, len(why))), why.value.decode()
+
+    def backward(self, bp, stream):
+        self._check(self.lib.fa2_backward(ctypes.byref(bp), ctypes.c_void_p(stream)), "fa2_backward")
+
+    def _check(self, rc, call):
         if rc == FA2_ERR_LAUNCH:
             raise RuntimeError(f"step {self.name}: {self.lib.fa2_last_error().decode()}")
         if rc:
-            raise RuntimeError(f"step {self.name}: fa2_forward returned {rc}")
+            raise RuntimeError(f"step {self.name}: {call} returned {rc}")
 
 
 _steps = {}
@@ -101,7 +139,114 @@ def _strides(t):
     return tuple(dense[i] if size == 1 else t.stride(i) for i, size in enumerate((b, n, h)))
 
 
-def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False):
+def _set_strides(p, prefix, t):
+    batch_stride, row_stride, head_stride = _strides(t)
+    setattr(p, f"{prefix}_batch_stride", batch_stride)
+    setattr(p, f"{prefix}_row_stride", row_stride)
+    setattr(p, f"{prefix}_head_stride", head_stride)
+
+
+def _params(q, k, v, o, lse, causal, scale):
+    """Fa2Params for checked tensors (lse None: not wanted); the workspace is left for the caller."""
+    import torch
+
+    batch, seqlen_q, heads_q, head_dim = q.shape
+    p = Fa2Params()
+    p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    p.lse = lse.data_ptr() if lse is not None else None
+    p.batch, p.heads_q, p.heads_kv = batch, heads_q, k.shape[2]
+    p.seqlen_q, p.seqlen_k, p.head_dim = seqlen_q, k.shape[1], head_dim
+    for prefix, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        _set_strides(p, prefix, t)
+    p.softmax_scale = head_dim ** -0.5 if scale is None else scale
+    p.causal = int(bool(causal))
+    p.dtype = 0 if q.dtype == torch.float16 else 1
+    return p
+
+
+def _stream(s, device):
+    import torch
+
+    return torch.cuda.current_stream(device).cuda_stream if s.runs_on_gpu else 0
+
+
+def _forward(s, q, k, v, causal, scale, return_lse):
+    """O, and LSE where return_lse (else None), from step s on checked tensors."""
+    import torch
+
+    batch, seqlen_q, heads_q, _ = q.shape
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=q.device) if return_lse else None
+    p = _params(q, k, v, o, lse, causal, scale)
+    # The step's scratch (split-KV partial results), from torch's caching allocator on the
+    # current stream: reused memory after the first call, and safe across streams.
+    need = s.workspace_size(p)
+    workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
+    p.workspace, p.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
+    ok, why = s.supports(p)
+    if not ok:
+        raise ValueError(f"step {s.name}: {why}")
+    s.forward(p, _stream(s, q.device))
+    return o, lse
+
+
+def _backward(s, q, k, v, o, lse, dout, causal, scale):
+    """dQ, dK, dV (dense, in the dtype) from fa2_backward of step s."""
+    import torch
+
+    dout = dout.contiguous()
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    bp = Fa2BwdParams()
+    bp.fwd = _params(q, k, v, o, lse, causal, scale)
+    bp.dout, bp.dq, bp.dk, bp.dv = dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    for prefix, t in (("dout", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
+        _set_strides(bp, prefix, t)
+    # dQ's fp32 accumulators and D for step 00; torch's allocations are 16-byte aligned.
+    need = s.backward_workspace_size(bp)
+    workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
+    bp.fwd.workspace, bp.fwd.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
+    # The step's own reason first (a GPU step without a backward says so whatever the device).
+    ok, why = s.backward_supports(bp)
+    if not ok:
+        raise ValueError(why if s.name in why else f"step {s.name}: {why}")
+    if (q.device.type == "cuda") != s.runs_on_gpu:
+        where = "one CUDA device" if s.runs_on_gpu else "the CPU"
+        raise ValueError(f"backward on {q.device} (allowed: {where}, for step {s.name})")
+    s.backward(bp, _stream(s, q.device))
+    return dq, dk, dv
+
+
+_function = None
+
+
+def _attention_function():
+    """The torch.autograd.Function, made once torch is imported (the module itself needs no torch)."""
+    global _function
+    if _function is None:
+        import torch
+        from torch.autograd.function import once_differentiable
+
+        class Attention(torch.autograd.Function):
+            @staticmethod
+            def forward(ctx, q, k, v, causal, scale, step, backward_step):
+                o, lse = _forward(step, q, k, v, causal, scale, True)  # the backward needs LSE
+                ctx.save_for_backward(q, k, v, o, lse)
+                ctx.causal, ctx.scale, ctx.backward_step = causal, scale, backward_step
+                ctx.mark_non_differentiable(lse)
+                return o, lse
+
+            @staticmethod
+            @once_differentiable
+            def backward(ctx, dout, _dlse):
+                q, k, v, o, lse = ctx.saved_tensors
+                grads = _backward(ctx.backward_step, q, k, v, o, lse, dout, ctx.causal, ctx.scale)
+                return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad)) + (None,) * 4
+
+        _function = Attention
+    return _function
+
+
+def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False, backward_step=None):
     """softmax(scale q k^T) v through one step of this repository (see the module's text)."""
     import torch
 
@@ -119,29 +264,9 @@ def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False):
     if k.shape != v.shape or k.shape[0] != batch or k.shape[3] != head_dim:
         raise ValueError(f"k {tuple(k.shape)}, v {tuple(v.shape)} for q {tuple(q.shape)} "
                          "(allowed: k and v [batch, seqlen_k, heads_kv, head_dim] with q's batch and head_dim)")
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=q.device) if return_lse else None
-
-    p = Fa2Params()
-    p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-    p.lse = lse.data_ptr() if return_lse else None
-    p.batch, p.heads_q, p.heads_kv = batch, heads_q, k.shape[2]
-    p.seqlen_q, p.seqlen_k, p.head_dim = seqlen_q, k.shape[1], head_dim
-    for prefix, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        batch_stride, row_stride, head_stride = _strides(t)
-        setattr(p, f"{prefix}_batch_stride", batch_stride)
-        setattr(p, f"{prefix}_row_stride", row_stride)
-        setattr(p, f"{prefix}_head_stride", head_stride)
-    p.softmax_scale = head_dim ** -0.5 if scale is None else scale
-    p.causal = int(bool(causal))
-    p.dtype = 0 if q.dtype == torch.float16 else 1
-    # The step's scratch (split-KV partial results), from torch's caching allocator on the
-    # current stream: reused memory after the first call, and safe across streams.
-    need = s.workspace_size(p)
-    workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
-    p.workspace, p.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
-    ok, why = s.supports(p)
-    if not ok:
-        raise ValueError(f"step {s.name}: {why}")
-    s.forward(p, torch.cuda.current_stream(q.device).cuda_stream if s.runs_on_gpu else 0)
+    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
+        bs = s if backward_step is None else step_library(backward_step)
+        o, lse = _attention_function().apply(q, k, v, causal, scale, s, bs)
+        return (o, lse) if return_lse else o
+    o, lse = _forward(s, q, k, v, causal, scale, return_lse)
     return (o, lse) if return_lse else o
