@@ -1,12 +1,10 @@
 /* buffers.c - the tensors one forward call works on, and one backward call (dO
  * and dQ, dK, dV): inputs copied to where the step runs (GPU or host), outputs
  * poisoned with NaN so that an element the step never writes fails the check. */
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "harness.h"
-#include "numeric.h"
 
 void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu, size_t workspace_bytes)
 {
@@ -92,33 +90,6 @@ fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const
 }
 
 /* ---- the backward ---- */
-
-/* splitmix64 draw n of `seed` and Box-Muller, as data.c draws Q, K and V. */
-static uint64_t splitmix64_at(uint64_t seed, uint64_t n)
-{
-    uint64_t z = seed + (n + 1) * 0x9e3779b97f4a7c15ull;
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static double uniform01(uint64_t seed, uint64_t n) { return ((splitmix64_at(seed, n) >> 11) + 1) * (1.0 / 9007199254740992.0); }
-
-uint16_t *fa2_dout_make(const fa2_params *p, uint64_t seed)
-{
-    const size_t n = fa2_numel_q(p);
-    uint16_t *x = fa2_xmalloc(n * sizeof(uint16_t), "dO");
-    const uint64_t stream = seed * 3 + 0x44; /* Q, K and V draw from seed * 3 + 0x51, 0x4b, 0x56 */
-    const long long pairs = (long long)((n + 1) / 2);
-#pragma omp parallel for schedule(static)
-    for (long long i = 0; i < pairs; i++) {
-        const double r = sqrt(-2.0 * log(uniform01(stream, 2 * (uint64_t)i))),
-                     a = 6.283185307179586 * uniform01(stream, 2 * (uint64_t)i + 1);
-        x[2 * i] = fa2_from_float((float)(r * cos(a)), p->dtype);
-        if ((size_t)(2 * i + 1) < n) x[2 * i + 1] = fa2_from_float((float)(r * sin(a)), p->dtype);
-    }
-    return x;
-}
 
 void fa2_bwd_buffers_make(fa2_bwd_params *bp, const fa2_params *run, const uint16_t *dout_host, int on_gpu,
                           size_t workspace_bytes)

@@ -128,8 +128,8 @@ long fa2_count_unwritten(const fa2_params *p, const uint16_t *o, const float *ls
  * key takes nearly all of a row's weight (--scale 30) dP - D nearly cancels, and O's
  * rounding to 16 bits moves dQ and dK by 2 to 90 u of the exact gradient: a cost of
  * the algorithm (the forward keeps O in the dtype), not of the step. The O given is
- * the one the forward check above held to the fp64 forward. */
-#define FA2_BWD_TOL_U 8.0
+ * the one the forward check above held to the fp64 forward. The bound is FA2_BWD_TOL_U
+ * (harness.h), shared with the test. */
 
 double fa2_bwd_reference_macs(const fa2_params *p)
 {
@@ -161,7 +161,7 @@ fa2_bwd_check_result fa2_check_backward(const fa2_problem *pr, const uint16_t *o
 
     fa2_bwd_check_result r;
     memset(&r, 0, sizeof r);
-    r.tol = FA2_BWD_TOL_U * (t == FA2_BF16 ? 1.0 / 256 : 1.0 / 2048);
+    r.tol = FA2_BWD_TOL_U * fa2_unit_roundoff(t);
     const uint16_t *out[3] = {dq, dk, dv};
     const size_t n[3] = {nq, nkv, nkv};
     r.pass = 1;

@@ -33,6 +33,14 @@ static void fill_normal(uint16_t *x, size_t n, uint64_t seed, float scale, fa2_d
     }
 }
 
+uint16_t *fa2_dout_make(const fa2_params *p, uint64_t seed)
+{
+    const size_t n = fa2_numel_q(p);
+    uint16_t *x = fa2_xmalloc(n * sizeof(uint16_t), "dO");
+    fill_normal(x, n, seed * 3 + 0x44, 1.0f, p->dtype); /* a stream of its own, beside Q's, K's and V's */
+    return x;
+}
+
 size_t fa2_numel_q(const fa2_params *p) { return (size_t)p->batch * p->seqlen_q * p->heads_q * p->head_dim; }
 size_t fa2_numel_kv(const fa2_params *p) { return (size_t)p->batch * p->seqlen_k * p->heads_kv * p->head_dim; }
 size_t fa2_numel_lse(const fa2_params *p) { return (size_t)p->batch * p->heads_q * p->seqlen_q; }

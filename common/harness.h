@@ -158,6 +158,12 @@ fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const
  * from a stream of `seed` of its own (they do not change with --backward). */
 uint16_t *fa2_dout_make(const fa2_params *p, uint64_t seed);
 
+/* The backward's bound: relative L2 error per tensor against the fp64 backward given
+ * the step's own O, in units of the dtype's rounding (check.c says why 8). One source
+ * for the harness's check and tests/test_backward.c. */
+#define FA2_BWD_TOL_U 8.0
+static inline double fa2_unit_roundoff(fa2_dtype t) { return t == FA2_BF16 ? 1.0 / 256 : 1.0 / 2048; }
+
 /* bp = the backward of `run` (the forward's params and buffers, where the step runs),
  * dense strides: dO copied there (on the CPU, dout_host itself), dQ, dK, dV and a
  * workspace of workspace_bytes (the step's fa2_backward_workspace_size) allocated

@@ -84,6 +84,21 @@ static range bytes_of(const void *base, int64_t last_offset, int elem_bytes)
 /* lse is [batch, heads_q, seqlen_q] floats: < 2^62 bytes, the sizes are capped above. */
 static range lse_bytes(const fa2_params *p) { return bytes_of(p->lse, (int64_t)p->batch * p->heads_q * p->seqlen_q - 1, 4); }
 
+/* One tensor's own checks: strides >= 1, its base 2-byte aligned, every offset below
+ * MAX_OFFSET. 1 and its byte range in *r if they pass; otherwise 0 and one line in why. */
+static int check_tensor(const char *name, const void *base, const dim d[4], range *r, char *why, size_t why_len)
+{
+    for (int i = 1; i < 4; i++)
+        if (d[i].stride < 1) REFUSE("%s_%s_stride %lld (allowed: >= 1 element)", name, DIM_NAMES[i], (long long)d[i].stride);
+    if ((uintptr_t)base % 2) REFUSE("%s at address %p (allowed: 2-byte aligned, a 16-bit element)", name, base);
+    const int64_t last = last_offset(d);
+    if (last < 0)
+        REFUSE("%s: its sizes and strides reach an element offset past 2^61 (allowed: offsets below 2^61 "
+               "elements, so that byte offsets fit in int64)", name);
+    *r = bytes_of(base, last, 2);
+    return 1;
+}
+
 int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
 {
     if (!p) REFUSE("params is NULL");
@@ -103,17 +118,8 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
     dim d[4][4];
     tensors_of(p, bases, d);
     range ranges[4];
-    for (int t = 0; t < 4; t++) {
-        for (int i = 1; i < 4; i++)
-            if (d[t][i].stride < 1)
-                REFUSE("%s_%s_stride %lld (allowed: >= 1 element)", TENSOR_NAMES[t], DIM_NAMES[i], (long long)d[t][i].stride);
-        if ((uintptr_t)bases[t] % 2) REFUSE("%s at address %p (allowed: 2-byte aligned, a 16-bit element)", TENSOR_NAMES[t], bases[t]);
-        const int64_t last = last_offset(d[t]);
-        if (last < 0)
-            REFUSE("%s: its sizes and strides reach an element offset past 2^61 (allowed: offsets below 2^61 "
-                   "elements, so that byte offsets fit in int64)", TENSOR_NAMES[t]);
-        ranges[t] = bytes_of(bases[t], last, 2);
-    }
+    for (int t = 0; t < 4; t++)
+        if (!check_tensor(TENSOR_NAMES[t], bases[t], d[t], &ranges[t], why, why_len)) return 0;
     if (!dims_nest(d[3]))
         REFUSE("o strides (batch %lld, row %lld, head %lld) let two elements share an address (allowed: strides that "
                "nest, so every element of O is written once)", (long long)p->o_batch_stride, (long long)p->o_row_stride,
@@ -193,17 +199,8 @@ int fa2_validate_bwd_params(const fa2_bwd_params *bp, char *why, size_t why_len)
     grads_of(bp, bases, d);
     tensors_of(p, fwd_bases, fwd_d);
     range ranges[4], reads[5];
-    for (int t = 0; t < 4; t++) {
-        for (int i = 1; i < 4; i++)
-            if (d[t][i].stride < 1)
-                REFUSE("%s_%s_stride %lld (allowed: >= 1 element)", GRAD_NAMES[t], DIM_NAMES[i], (long long)d[t][i].stride);
-        if ((uintptr_t)bases[t] % 2) REFUSE("%s at address %p (allowed: 2-byte aligned, a 16-bit element)", GRAD_NAMES[t], bases[t]);
-        const int64_t last = last_offset(d[t]);
-        if (last < 0)
-            REFUSE("%s: its sizes and strides reach an element offset past 2^61 (allowed: offsets below 2^61 "
-                   "elements, so that byte offsets fit in int64)", GRAD_NAMES[t]);
-        ranges[t] = bytes_of(bases[t], last, 2);
-    }
+    for (int t = 0; t < 4; t++)
+        if (!check_tensor(GRAD_NAMES[t], bases[t], d[t], &ranges[t], why, why_len)) return 0;
     /* What the backward reads: q, k, v, o (fa2_validate_params passed: offsets >= 0), lse, dout. */
     for (int t = 0; t < 4; t++) reads[t] = bytes_of(fwd_bases[t], last_offset(fwd_d[t]), 2);
     reads[4] = lse_bytes(p);

@@ -285,8 +285,6 @@ static void forward_matches_harness(int batch, int hq, int hkv, int nq, int nk, 
  * backward's own distance from the exact gradient (the part the dtype's O costs,
  * ~0.1 u on N(0,1) inputs) of the exact fp64 gradient. The O it is given is the
  * step's forward output, checked against the fp64 forward as test_cpu does. */
-static double unit_roundoff(fa2_dtype t) { return t == FA2_BF16 ? 1.0 / 256 : 1.0 / 2048; }
-#define STEP_TOL_U 8.0
 
 typedef struct {
     int batch, hq, hkv, nq, nk, d, causal;
@@ -409,7 +407,7 @@ static void step_case(step_shape s)
     const uint16_t *out[3] = {dq, dk, dv};
     const double *ref[3] = {rq, rk, rv}, *ref_o[3] = {gq, gk, gv};
     const size_t ns[3] = {nq, nkv, nkv};
-    const double tol = STEP_TOL_U * unit_roundoff(s.t);
+    const double tol = FA2_BWD_TOL_U * fa2_unit_roundoff(s.t);
     long ref_nans = 0;
     compare_result cr[3];
     for (int t = 0; t < 3; t++) {
@@ -425,7 +423,7 @@ static void step_case(step_shape s)
         snprintf(why, sizeof why,
                  "rc %d%s%s; rel_l2 %.2e against the fp64 backward given its O (allowed %.2e = %g u), %.2e against the "
                  "exact gradient (allowed %.2e: %g u + %.2e, what O in the dtype costs); NaN missed %ld, non-finite %ld, unwritten %ld",
-                 rc, *refused ? " " : "", refused, co.rel_l2, tol, STEP_TOL_U, cr[t].rel_l2, allowed, STEP_TOL_U, o_cost,
+                 rc, *refused ? " " : "", refused, co.rel_l2, tol, FA2_BWD_TOL_U, cr[t].rel_l2, allowed, FA2_BWD_TOL_U, o_cost,
                  cr[t].nan_missed, cr[t].nonfinite, cr[t].unwritten);
         report(rc == 0 && co.rel_l2 <= tol && cr[t].rel_l2 <= allowed && !cr[t].nan_missed && !cr[t].nonfinite &&
                    !cr[t].unwritten,
@@ -526,6 +524,6 @@ int main(void)
                "vs fp64 given its O %.1e %.1e %.1e (allowed %.1e); O in the dtype costs up to %.1e %.1e %.1e\n",
                fa2_dtype_name((fa2_dtype)t), worst_exact[t][0], worst_exact[t][1], worst_exact[t][2], worst_exact_peaky[t][0],
                worst_exact_peaky[t][1], worst_exact_peaky[t][2], worst_from_o[t][0], worst_from_o[t][1], worst_from_o[t][2],
-               STEP_TOL_U * unit_roundoff((fa2_dtype)t), worst_o_cost[t][0], worst_o_cost[t][1], worst_o_cost[t][2]);
+               FA2_BWD_TOL_U * fa2_unit_roundoff((fa2_dtype)t), worst_o_cost[t][0], worst_o_cost[t][1], worst_o_cost[t][2]);
     return test_failures ? 1 : 0;
 }
