@@ -38,11 +38,12 @@ for m in "${mutants[@]}"; do
 done
 wait
 # run_matrix MATRIX LOG: MATRIX on every mutant's library, one process each, three at a
-# time; the logs go one after the other into LOG.
+# time; the logs go one after the other into LOG, each ending "# exit N", N the matrix's
+# exit status (a mutant that makes the step divide by zero or fault ends it by a signal).
 run_matrix() {
   local i
   for ((i = 0; i < ${#libs[@]}; i++)); do
-    "$1" "${libs[$i]}" >"$2.$i" 2>&1 &
+    { "$1" "${libs[$i]}" >"$2.$i" 2>&1; echo "# exit $? ${libs[$i]}" >>"$2.$i"; } &
     (( i % 3 == 2 )) && wait
   done
   wait
@@ -55,11 +56,15 @@ if [ "${1:-}" = --against ]; then
   make -s -C "$old" build/tests/gpu_matrix >"$old.log" 2>&1 || echo "FAIL build the matrix of $2 (see $old.log)"
   run_matrix "$old/build/tests/gpu_matrix" "build/variants/mutants-matrix-$2.log"
 fi
+# A mutant is caught when its matrix prints a FAIL line, or when the matrix ends by a signal
+# or with an error and no FAIL line (make test counts that as a failure too).
 for m in "${mutants[@]}"; do
   IFS='|' read -r step mutant _ <<<"$m"
   fails=$(grep -c "^FAIL ${step}_mutant_$mutant" build/variants/mutants-matrix.log)
-  [ "$fails" -gt 0 ] && echo "PASS the matrix catches mutant $mutant ($fails failing cases)" ||
-    echo "FAIL the matrix lets mutant $mutant through"
+  status=$(grep -o "^# exit [0-9]* build/variants/mutant-$mutant/" build/variants/mutants-matrix.log | cut -d' ' -f3)
+  if [ "$fails" -gt 0 ]; then echo "PASS the matrix catches mutant $mutant ($fails failing cases)"
+  elif [ "${status:-0}" -ne 0 ]; then echo "PASS the matrix catches mutant $mutant (its matrix ended with exit $status before its last case)"
+  else echo "FAIL the matrix lets mutant $mutant through"; fi
   if [ "${1:-}" = --against ]; then
     echo "# matrix of $2 on mutant $mutant: $(grep -c "^FAIL ${step}_mutant_$mutant" "build/variants/mutants-matrix-$2.log") failing cases"
   fi

@@ -211,8 +211,8 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
     portable=$(make -s --no-print-directory portable-steps)
     for preset in $(build/step00/fa2 --help | sed -n 's/^FA2_EMULATE presets: //p' | tr -d ','); do
       # a preset whose blocks get more shared memory than this GPU's cannot run here
-      if ! skip=$(FA2_EMULATE=$preset build/step07/fa2 --plan 2>&1 >/dev/null); then
-        result SKIP "compute-sanitizer as $preset" "$skip"; continue
+      if ! refusal=$(FA2_EMULATE=$preset build/step07/fa2 --plan 2>&1 >/dev/null); then
+        result SKIP "compute-sanitizer as $preset" "$refusal"; continue
       fi
       ( for id in $portable; do FA2_EMULATE=$preset bash tools/sanitize.sh "build/step$id/fa2" preset; done
       ) >"$LOG/sanitize-preset-$preset.log" 2>&1 &
