@@ -24,7 +24,7 @@ NVCCFLAGS  := $(NVCC_OPTS) $(GENCODE)
 # setmaxnreg): they are always built for that target alone, whatever ARCH says, and
 # on any other GPU they refuse to run, in one line. (`make hopper-steps` lists them;
 # `make portable-steps` the others, built for ARCH.)
-HOPPER_STEPS   := 08 09 10 11
+HOPPER_STEPS   := 09 10 11 12
 GENCODE_HOPPER := -gencode arch=compute_90a,code=sm_90a
 step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(GENCODE))
 CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm

@@ -18,6 +18,16 @@ from shapes import read_shapes, visible_pairs  # noqa: E402
 
 INT_FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal")
 
+# The steps renumbered on 2026-11-24 (results/README.md): the CSVs of runs before it name
+# them as they were then, and their rows count as the step's name now.
+RENAMED = {
+    "08_wgmma_tma": "09_wgmma",
+    "09_warp_specialized": "10_warp_specialized",
+    "10_intra_warpgroup_overlap": "11_intra_warpgroup_overlap",
+    "11_persistent": "12_persistent",
+    "12_split_kv": "13_split_kv",
+}
+
 
 def read_rows(path):
     """Rows with a finite time, TFLOP/s recomputed from it: the CSV's column has 2 decimals,
@@ -27,6 +37,7 @@ def read_rows(path):
         for r in csv.DictReader(f):
             for k in INT_FIELDS:
                 r[k] = int(r[k])
+            r["step"] = RENAMED.get(r["step"], r["step"])
             try:
                 ms = float(r["ms_median"])
             except ValueError:

@@ -37,19 +37,27 @@ BEGIN {
         if (split(decode_specs[i], f, " ") >= 8) is_decode[shape_key(f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8])] = 1
     torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default"
     n_torch = split(torch_order, torch_names, " ")
+    # The steps renumbered on 2026-11-24 (results/README.md): the CSVs of runs before it name
+    # them as they were then, and their rows count as the step's name now.
+    renamed["08_wgmma_tma"] = "09_wgmma"
+    renamed["09_warp_specialized"] = "10_warp_specialized"
+    renamed["10_intra_warpgroup_overlap"] = "11_intra_warpgroup_overlap"
+    renamed["11_persistent"] = "12_persistent"
+    renamed["12_split_kv"] = "13_split_kv"
 }
 
 FNR == 1 && $1 == "step" { next }
 NF >= 19 {
     key = shape_key($5, $6, $7, $8, $9, $10, $11, $4)
+    step_name = ($1 in renamed) ? renamed[$1] : $1
     if (!(key in seen_shape)) { seen_shape[key] = 1; shape_order[++n_shapes] = key }
-    if (!((key, $1) in n_rounds)) { steps_of[key] = steps_of[key] " " $1; n_rounds[key, $1] = 0; status[key, $1] = "UNCHECKED" }
-    device[key, $1] = $2
-    if ($19 == "UNSUPPORTED") { status[key, $1] = "UNSUPPORTED"; next }
-    if (valid($12)) times[key, $1, ++n_rounds[key, $1]] = $12 + 0
+    if (!((key, step_name) in n_rounds)) { steps_of[key] = steps_of[key] " " step_name; n_rounds[key, step_name] = 0; status[key, step_name] = "UNCHECKED" }
+    device[key, step_name] = $2
+    if ($19 == "UNSUPPORTED") { status[key, step_name] = "UNSUPPORTED"; next }
+    if (valid($12)) times[key, step_name, ++n_rounds[key, step_name]] = $12 + 0
     # a failed check in any round shows; else the checked round's PASS
-    if ($19 == "FAIL" || ($19 == "PASS" && status[key, $1] != "FAIL")) status[key, $1] = $19
-    if (NF >= 20) key_text[$1] = unquote(20)
+    if ($19 == "FAIL" || ($19 == "PASS" && status[key, step_name] != "FAIL")) status[key, step_name] = $19
+    if (NF >= 20) key_text[step_name] = unquote(20)
 }
 
 # Fields from `from` to NF, joined by the commas the split took out, without the CSV quotes.

@@ -1,6 +1,6 @@
 /* wgmma_ceiling - the measured peak of wgmma (warpgroup MMA, sm_90a) on this Hopper GPU.
  *
- * mma_ceiling measures what the warp-level mma.sync of steps 02-07 can reach; step 08
+ * mma_ceiling measures what the warp-level mma.sync of steps 02-07 can reach; step 09
  * computes with wgmma, whose ceiling is higher. This probe gives each SM one block of
  * WARPGROUPS warpgroups; each issues wgmma.m64n256k16 back to back, A (64 x 64) and
  * B (256 x 64) from 128-byte swizzled shared memory filled with small non-zero values
@@ -32,7 +32,7 @@ constexpr int A_BYTES = 64 * 128, B_BYTES = N * 128;
 constexpr int ITERS = 4096;                  // K_STEPS wgmma per iteration: a few ms per launch
 constexpr double FLOP_PER_WGMMA = 2.0 * 64 * N * 16;
 
-// The wgmma shared-memory descriptor as step 08 builds it: K-major, 128-byte swizzle,
+// The wgmma shared-memory descriptor as step 09 builds it: K-major, 128-byte swizzle,
 // 1024 bytes from one 8-row group to the next.
 __device__ __forceinline__ uint64_t smem_desc(uint32_t smem_addr)
 {

@@ -1,4 +1,4 @@
-/* layouts.h - the layout formulas of steps 02..08, each written once.
+/* layouts.h - the layout formulas of steps 02..09, each written once.
  *
  * The scratch visualizers print from these functions and the GPU verifiers
  * (verify.cu, verify_wgmma.cu) run the real instructions with addresses and

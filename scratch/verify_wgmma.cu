@@ -1,6 +1,6 @@
 /* verify_wgmma - asks a Hopper GPU what wgmma.mma_async.m64n64k16 really does,
  * and compares it element by element with the wgmma formulas in layouts.h that
- * wgmma_fragments prints and step 08 relies on.
+ * wgmma_fragments prints and step 09 relies on.
  *
  * One warpgroup (one block of 128 threads) per run issues one wgmma with A from
  * registers and B from shared memory through a matrix descriptor: K-major, no
@@ -48,7 +48,7 @@ static const char usage[] =
     } while (0)
 
 enum {
-    WG_N = 64,                               /* the instruction verified: m64n64k16 (step 08's P V at d64) */
+    WG_N = 64,                               /* the instruction verified: m64n64k16 (step 09's P V at d64) */
     D_REGS = WG_N / 2,
     B_ELEMS = WG_K * WG_N,                   /* one B tile, 16 x 64, 2048 bytes */
     B_BYTES = B_ELEMS * ELEM_BYTES,
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(WG_THREADS) wgmma_kernel(const wgmma_run *in, 
     for (int r = 0; r < D_REGS; r++) d[(blockIdx.x * WG_THREADS + thread) * D_REGS + r] = acc[r];
 }
 
-/* Two fp32 -> one register of two 16-bit values, as step 08 packs P. */
+/* Two fp32 -> one register of two 16-bit values, as step 09 packs P. */
 template <bool BF16>
 __device__ uint32_t pack2(float lo, float hi)
 {

@@ -1,6 +1,6 @@
 /* wgmma_fragments - which thread of the warpgroup and which register hold each
  * element of the D and register-A tiles of wgmma.mma_async.sync.aligned.m64nNk16
- * (f16/bf16 inputs, f32 accumulators, sm_90a), and why step 08's S
+ * (f16/bf16 inputs, f32 accumulators, sm_90a), and why step 09's S
  * accumulators are the A operand of P.V without a shuffle. */
 #include "tool.h"
 #include "layouts.h"
@@ -13,7 +13,7 @@ static const char usage[] =
     "  d  D, 64 x N [m][n]: d0..d(N/2-1), one fp32 each\n"
     "  a  A from registers, 64 x 16 [m][k]: a0..a3, each 32-bit register holds 2 halves (even column low)\n"
     "  p  S = Q K^T accumulators d(8j)..d(8j+7) (keys 16j..16j+15) reused as register A of P.V k-step j\n"
-    "  --n N     the n of the instruction: 64 (default; step 08's P V at d64), 128 (its Q K^T) or 256\n"
+    "  --n N     the n of the instruction: 64 (default; step 09's P V at d64), 128 (its Q K^T) or 256\n"
     "  --cols C  the D columns printed, a multiple of 8 up to N (default 16; the pattern repeats every 8)\n"
     "  --check   assert that every map is a bijection and that the S -> P reuse lines up\n";
 
@@ -160,10 +160,10 @@ static void print_s_to_p(int n)
     putchar('\n');
 }
 
-/* The index formulas the warpgroups of steps 08-11 write out by hand: s_acc / o_acc
+/* The index formulas the warpgroups of steps 09-12 write out by hand: s_acc / o_acc
  * register i at row row0 + 8 (i / 2 % 2), column 8 (i / 4) + 2t + i % 2
  * (row0 = 16 warp + g), and pack_p's p_frag[j][a] = pack(s_acc[8j + 2a], s_acc[8j + 2a + 1]). */
-static int step08_formulas_agree(int n)
+static int step09_formulas_agree(int n)
 {
     int agree = 1;
     for (int thread = 0; thread < WG_THREADS; thread++) {
@@ -193,7 +193,7 @@ static void run_checks(void)
     owner_build(&map, TILE_A, 0);
     check(owner_complete(&map.grid), "wgmma register A 64x16: (warp, lane, reg, half) -> element is a bijection, 128 threads x 4 regs x 2 halves",
           "%d collisions or elements out of the tile", map.grid.collisions);
-    /* warp w owns rows 16w..16w+15, and a D row stays in one quad: what step 08's
+    /* warp w owns rows 16w..16w+15, and a D row stays in one quad: what step 09's
      * row0 = 16 warp + g and its quad shuffles (xor 1, 2) of the softmax rely on */
     int warp_rows = 1, quad_rows = 1;
     for (int thread = 0; thread < WG_THREADS; thread++) {
@@ -208,9 +208,9 @@ static void run_checks(void)
     }
     check(warp_rows, "wgmma D and register A: warp w of the warpgroup holds rows 16w..16w+15", "a row leaves its warp");
     check(quad_rows, "wgmma D: rows 16w+g and 16w+g+8 are held by the quad of lanes 4g..4g+3", "a row leaves its quad");
-    check(step08_formulas_agree(WG_N_MAX),
+    check(step09_formulas_agree(WG_N_MAX),
           "wgmma D register i = row 16w + g + 8((i >> 1) & 1), column 8(i >> 2) + 2t + (i & 1); "
-          "register A r, half h of k-step j = accumulator 8j + 2r + h (step 08's index formulas)",
+          "register A r, half h of k-step j = accumulator 8j + 2r + h (step 09's index formulas)",
           "layouts.h and the closed forms disagree");
     for (int i = 0; i < N_CHOICES; i++) {
         int n = n_choice(i), agree = 0;

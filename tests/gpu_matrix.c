@@ -147,7 +147,7 @@ static void set_strides(const tensor_layout *l, int64_t *bs, int64_t *rs, int64_
 /* ---- the rescale probe -------------------------------------------------------------- */
 
 /* Over the checked rows: how many see their running max grow by more than 2^8
- * (RESCALE_LOG2 of steps 07-10) at some key tile after their first, with
+ * (RESCALE_LOG2 of steps 07-12) at some key tile after their first, with
  * tiles of `tile` keys, and the largest such growth in log2 units. */
 static int rows_with_big_jumps(const fa2_problem *pr, const fa2_row_set *rs, int tile, double *largest_log2)
 {

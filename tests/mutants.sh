@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
-# tuned kernel, or 12, the split-KV decode kernel) with one planted bug (named in its
+# tuned kernel, or 13, the split-KV decode kernel) with one planted bug (named in its
 # fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
 # process of its own (a mutant that writes far out of bounds ends its process with an
 # illegal address: it must not end the others' runs too), three at a time, and each must
@@ -18,11 +18,11 @@ mutants=(
   "07|small_grid_never|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else if (false) c.config = SMALL_GRID;"
   "07|oversized_for_99kb|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else if (true) c.config = SMALL_GRID;"
   "07|heads_as_batch|h = blockIdx.y, b = blockIdx.z|h = blockIdx.z % p.heads_q, b = blockIdx.y % p.batch"
-  "12|combine_unnormalised|exp2_approx((weight[s] - lse) * LOG2E)|exp2_approx((weight[s] - shift) * LOG2E)"
-  "12|warps_unweighted|weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));|weight[w] = m_merge[w][row] == -INFINITY ? 0.0f : 1.0f;"
-  "12|splits_overlap|tile_hi = min(n_tiles, tile_lo + tiles_per_split)|tile_hi = min(n_tiles, tile_lo + tiles_per_split + 1)"
-  "12|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
-  "12|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
+  "13|combine_unnormalised|exp2_approx((weight[s] - lse) * LOG2E)|exp2_approx((weight[s] - shift) * LOG2E)"
+  "13|warps_unweighted|weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));|weight[w] = m_merge[w][row] == -INFINITY ? 0.0f : 1.0f;"
+  "13|splits_overlap|tile_hi = min(n_tiles, tile_lo + tiles_per_split)|tile_hi = min(n_tiles, tile_lo + tiles_per_split + 1)"
+  "13|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
+  "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
 )
 make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
 libs=()

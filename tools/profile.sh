@@ -26,9 +26,9 @@ metrics+=,l1tex__t_requests_pipe_lsu_mem_global_op_st.sum,l1tex__t_sectors_pipe_
 metrics+=,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,lts__t_sector_hit_rate.pct
 # the MUFU (XU pipe: exp2, reciprocal) share of all instructions issued
 metrics+=,sm__inst_executed_pipe_xu.sum,smsp__inst_executed.sum
-# wgmma (steps 08-11): its instruction count exists only on Hopper. Its tensor-pipe cycles are
-# counted by the hmma metric above (steps 08-11 run no HMMA; on an H200 that metric read 69%
-# for step 10, and the gmma cycles metric read n/a).
+# wgmma (steps 09-12): its instruction count exists only on Hopper. Its tensor-pipe cycles are
+# counted by the hmma metric above (steps 09-12 run no HMMA; on an H200 that metric read 69%
+# for step 11, and the gmma cycles metric read n/a).
 if [ "$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')" = 9.0 ]; then
   metrics+=,sm__inst_executed_pipe_tensor_op_gmma.sum
 fi

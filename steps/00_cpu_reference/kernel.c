@@ -12,7 +12,7 @@
  *       O   = O * exp(m - m') + P V_j              (P rounded to fp16/bf16, like the GPU;
  *                                                   the rescale keeps old work valid)
  *     O /= l, LSE = m + log(l)                     (deferred normalisation)
- * and, for the split-KV step (12), the same loop run on ranges of key tiles,
+ * and, for the split-KV step (13), the same loop run on ranges of key tiles,
  * each range's O and LSE merged at the end (forward_tile, merge_splits).
  * Next to it, fa2_cpu_naive_forward materialises the whole S row and is what the
  * tiled loop is checked against in the CPU tests.

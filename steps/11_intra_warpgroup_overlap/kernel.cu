@@ -1,27 +1,22 @@
-/* Step 11 - a persistent kernel: one block per SM, looping over the work.
+/* Step 11 - the softmax under the MMA, inside a consumer warpgroup.
  *
- * One change from step 10: the grid no longer has a block per (q tile, head,
- * batch). It has one block per SM (fewer when there is less work), and each
- * block works through such items, one after another, until its share is done.
- * What that buys, at the seams between two items of one block:
- *  - no launch of a new block: the registers, the barriers and the producer's
- *    tensor maps stay where they are; the barrier phases simply run on;
- *  - the next item's loads under this item's end: each consumer releases its Q
- *    once its last S = Q K^T has run (a q_empty barrier), so the producer loads
- *    the next Q, and the next K and V tiles into the stages as they free up,
- *    while the consumers finish the last softmax and P V;
- *  - the epilogue under the next item's start: O is staged in a buffer of its
- *    own (no longer in Q's), and the TMA store of it is only waited for when
- *    that buffer is written again, one item later.
- * Who takes what is the tile scheduler's (TileScheduler): units of equal work
- * (one q tile, or under a causal mask the tile that sees the most keys with the
- * one that sees the fewest), so the blocks finish together; a head's units next
- * to each other, so its K and V stay in L2 while its q tiles run. With these
- * units, two consumers beat three at d64 under a causal mask (ManyItemsConfig).
- * A consumer whose rows all lie past seqlen_q (in a head's last, partial q tile) takes
- * its turns without computing; for that branch not to cost more than it saves, the
- * consumer index is taken from lane 0 by a shuffle (see consume).
- * Everything else is step 10's (docs/11_persistent.md).
+ * One change from step 10: a consumer no longer waits for S_n, runs its
+ * softmax, and only then multiplies P_n V_n with the tensor cores idle on its
+ * behalf. It issues S_n = Q K_n^T and O += P_{n-1} V_{n-1} back to back, waits
+ * for S_n alone (wgmma.wait_group 1: one group may still run), and runs the
+ * softmax of S_n while P_{n-1} V_{n-1} is still on the tensor cores; only then
+ * does it wait for that product, rescale O if the max grew, and turn S_n into
+ * P_n. The loop is skewed by one tile: S_0 alone first, P_{last} V_{last} alone
+ * last, and each turn at the tensor cores carries two products instead of one.
+ *
+ * The register budget: a consumer now holds S_n (BLOCK_N / 2 = 64 fp32 per
+ * thread) and P_{n-1} (BLOCK_N / 4 = 32 registers of two 16-bit values) at once,
+ * next to O (D / 2: 64 at d128, 32 at d64): 160 registers at d128 before any
+ * temporaries, within the 240 that setmaxnreg gives each of two consumers
+ * ((24 + 2 x 240) x 128 threads = 64,512 of the SM's 65,536 registers, the
+ * producer keeping 24), and 128 at d64 within the 160 of three consumers
+ * ((24 + 3 x 160) x 128 = 64,512). ptxas reports no spills (make step=11 info).
+ * Everything else is step 10's (docs/11_intra_warpgroup_overlap.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
@@ -29,7 +24,6 @@
 #include <cuda_fp16.h>
 #include <stdint.h>
 #include <stdio.h>
-#include <algorithm>
 #include <type_traits>
 
 #include "../../common/fa2.h"
@@ -67,32 +61,27 @@ struct Config {
                   "BLOCK_N is the n of one wgmma (a multiple of 8, at most 256) and P V consumes it 16 keys at a time");
     static_assert(STAGES >= 2, "the copy of tile n + 1 needs its own buffer while tile n is read");
 };
-// Two consumers (128 query rows per work item) everywhere, except d64 without a causal
-// mask when there are more 128-row items than SMs: there a third consumer (192 rows per
-// item, FlashAttention-3's choice for d64) was measured 5-15% faster in step 09 and
-// 1.07-1.17x in this step, and with fewer items 0.87x the throughput (fewer, larger items
-// leave SMs idle). With a causal mask two consumers were as fast at B4 H16 N4096 and
-// 1.14x faster at B16 H16 N1024: a 192-row tile wastes more of the key tiles that
-// cross the diagonal. See docs/09_warp_specialized.md and docs/11_persistent.md.
+// Two consumers (128 query rows per block) everywhere, except d64 on grids with more
+// 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
+// choice for d64) was measured 5-15% faster, and on a smaller grid 0.87x the throughput
+// (fewer, larger blocks leave SMs idle). See docs/10_warp_specialized.md.
 template <int D>
-using FewItemsConfig = Config<D, 2>;
+using SmallGridConfig = Config<D, 2>;
 template <int D>
-using ManyItemsConfig = Config<D, D == 64 ? 3 : 2>;
+using LargeGridConfig = Config<D, D == 64 ? 3 : 2>;
 
 // Byte offsets into dynamic shared memory, from a 1024-byte aligned base.
 template <int D, typename C>
 struct SmemLayout {
     static constexpr uint32_t Q_SLAB_BYTES = WG_M * SWIZZLE_BYTES;       // one 64-column slab of one consumer's Q
-    static constexpr uint32_t Q_WG_BYTES = WG_M * D * 2;                 // one consumer's Q (and its O)
+    static constexpr uint32_t Q_WG_BYTES = WG_M * D * 2;                 // one consumer's Q, later its O
     static constexpr uint32_t KV_SLAB_BYTES = C::BLOCK_N * SWIZZLE_BYTES;  // one 64-column slab of a K or V tile
     static constexpr uint32_t KV_STAGE_BYTES = C::BLOCK_N * D * 2;
     static constexpr uint32_t Q = 0;                                   // [CONSUMERS][D / 64][WG_M][64]
-    static constexpr uint32_t O = Q + C::CONSUMERS * Q_WG_BYTES;       // [CONSUMERS][D / 64][WG_M][64]
-    static constexpr uint32_t K = O + C::CONSUMERS * Q_WG_BYTES;       // [STAGES][D / 64][BLOCK_N][64]
+    static constexpr uint32_t K = Q + C::CONSUMERS * Q_WG_BYTES;       // [STAGES][D / 64][BLOCK_N][64]
     static constexpr uint32_t V = K + C::STAGES * KV_STAGE_BYTES;      // [STAGES][D / 64][BLOCK_N][64]
-    static constexpr uint32_t BARRIERS = V + C::STAGES * KV_STAGE_BYTES;  // q_full, q_empty, then 4 per stage (see Barriers)
-    static constexpr uint32_t BYTES = BARRIERS + (2 + 4 * C::STAGES) * 8 + SWIZZLE_ATOM;  // + slack to align the base
-    static_assert(BYTES <= 227 * 1024, "an sm_90 block may have at most 227 KB of dynamic shared memory");
+    static constexpr uint32_t BARRIERS = V + C::STAGES * KV_STAGE_BYTES;  // q_full, then 4 per stage (see Barriers)
+    static constexpr uint32_t BYTES = BARRIERS + (1 + 4 * C::STAGES) * 8 + SWIZZLE_ATOM;  // + slack to align the base
     static_assert(Q_SLAB_BYTES % SWIZZLE_ATOM == 0 && KV_SLAB_BYTES % SWIZZLE_ATOM == 0,
                   "every slab starts on a 1024-byte boundary: TMA's and wgmma's 128-byte swizzle is anchored there");
 };
@@ -159,16 +148,12 @@ __device__ __forceinline__ void tma_store(const CUtensorMap *map, uint32_t src, 
                  : "memory");
 }
 
-// Closes this thread's group of TMA stores issued since the last commit.
-__device__ __forceinline__ void tma_store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-
-// Waits until every TMA store group this thread committed has finished reading
-// shared memory (the buffer may be written again).
-__device__ __forceinline__ void tma_store_wait_read() { asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory"); }
-
-// Waits until every TMA store group this thread committed has been written to
-// global memory (before the block exits).
-__device__ __forceinline__ void tma_store_wait_all() { asm volatile("cp.async.bulk.wait_group 0;\n" ::: "memory"); }
+// Closes this thread's group of TMA stores, and waits until every one has
+// finished reading shared memory (the block may then exit, or reuse it).
+__device__ __forceinline__ void tma_store_commit_and_wait_read()
+{
+    asm volatile("cp.async.bulk.commit_group;\n cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
 
 // Orders this thread's ordinary shared-memory stores before later reads of the
 // same bytes by the copy engine or the tensor cores (the async proxy).
@@ -334,65 +319,12 @@ __device__ __forceinline__ uint32_t pack2(float lo, float hi)
     }
 }
 
-// ---- the work items, their order, and the block's shared memory ----------------------------
+// ---- the block's work and its shared memory --------------------------------------------
 
-// What one work item computes: query rows [m0, m0 + BLOCK_M) of head h in batch b,
+// What one block computes: query rows [m0, m0 + BLOCK_M) of head h in batch b,
 // against key tiles [0, n_blocks); tiles from first_masked on need a mask.
-struct WorkItem {
+struct BlockWork {
     int m0, h, h_kv, b, n_blocks, first_masked, shift;
-};
-
-// Who computes what. The work is handed out in units: one q tile of one (batch,
-// head) pair, or under a causal mask two, q tiles m_blocks - 1 - k and k of the
-// pair: those see the most and the fewest keys, and as a tile's keys grow
-// linearly with its index every such unit has about the same number of key tiles
-// (m_blocks + 1 with Nq = Nk). Block b takes units b, b + gridDim.x, ...: with
-// equal units the blocks finish together, whatever the shape. Unit u belongs to
-// pair u / units_per_pair, so the units that run at one time are the q tiles of
-// a few heads (query heads of one GQA group are consecutive and share one K and
-// V): each K/V tile is read from memory about once per head and hit in L2 by the
-// head's other q tiles, as in the order of step 10's grid.
-// (fa2_supports keeps the count of q tiles under 2^31: ints suffice.)
-template <typename C>
-struct TileScheduler {
-    int m_blocks, units_per_pair, units;
-    __device__ explicit TileScheduler(const fa2_params &p)
-        : m_blocks((p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M), units_per_pair(p.causal ? (m_blocks + 1) / 2 : m_blocks),
-          units(units_per_pair * p.heads_q * p.batch) {}
-    // The work item of q tile m_block of pair `pair` (pair = b x heads_q + h).
-    __device__ WorkItem item(int m_block, int pair, const fa2_params &p) const
-    {
-        WorkItem w;
-        w.m0 = m_block * C::BLOCK_M, w.h = pair % p.heads_q, w.b = pair / p.heads_q;
-        w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
-        w.shift = p.seqlen_k - p.seqlen_q;        // causal: row i sees keys j <= i + shift
-        const int key_end = p.causal ? min(p.seqlen_k, max(0, w.m0 + C::BLOCK_M + w.shift)) : p.seqlen_k;
-        w.n_blocks = (key_end + C::BLOCK_N - 1) / C::BLOCK_N;
-        // Tiles from first_masked on cross the diagonal or hold the seqlen_k tail.
-        w.first_masked = p.seqlen_k / C::BLOCK_N;
-        if (p.causal) w.first_masked = min(w.first_masked, max(0, (w.m0 + w.shift + 1) / C::BLOCK_N));
-        return w;
-    }
-    // Calls work(item, first_tile, ordinal) for this block's work items in turn:
-    // ordinal counts the block's items, first_tile its K/V tiles before this item
-    // (the two clocks of the barrier phases, which run on from item to item).
-    template <typename F>
-    __device__ void for_each_item(const fa2_params &p, F &&work) const
-    {
-        // (One call site: the consumer is inlined once, not once per tile of a unit.)
-        const int tiles_per_unit = p.causal ? 2 : 1;
-        int64_t tile = 0, ordinal = 0;
-        for (int64_t j = 0;; j++) {  // the block's j-th q tile: tile j % 2 of its unit j / 2 (causal)
-            const int64_t u = blockIdx.x + j / tiles_per_unit * gridDim.x;
-            if (u >= units) break;
-            const int pair = (int)(u / units_per_pair), k = (int)(u % units_per_pair);
-            const int m_block = j % tiles_per_unit == 0 ? (p.causal ? m_blocks - 1 - k : k) : k;
-            if (j % tiles_per_unit == 1 && k == m_blocks - 1 - k) continue;  // an odd m_blocks: the middle tile alone
-            const WorkItem w = item(m_block, pair, p);
-            work(w, tile, ordinal);
-            tile += w.n_blocks, ordinal++;
-        }
-    }
 };
 
 // The mbarriers, one 8-byte word each after the tiles (shared-state-space addresses).
@@ -400,11 +332,10 @@ template <typename C>
 struct Barriers {
     uint32_t base;
     __device__ uint32_t q_full() const { return base; }                                      // Q has landed
-    __device__ uint32_t q_empty() const { return base + 8; }                                 // every consumer warp ran its last Q K^T
-    __device__ uint32_t k_full(int s) const { return base + 8 * (2 + s); }                   // K of stage s has landed
-    __device__ uint32_t v_full(int s) const { return base + 8 * (2 + C::STAGES + s); }       // V of stage s has landed
-    __device__ uint32_t k_empty(int s) const { return base + 8 * (2 + 2 * C::STAGES + s); }  // every consumer warp is done with K of s
-    __device__ uint32_t v_empty(int s) const { return base + 8 * (2 + 3 * C::STAGES + s); }  // ... with V of s
+    __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }                   // K of stage s has landed
+    __device__ uint32_t v_full(int s) const { return base + 8 * (1 + C::STAGES + s); }       // V of stage s has landed
+    __device__ uint32_t k_empty(int s) const { return base + 8 * (1 + 2 * C::STAGES + s); }  // every consumer warp is done with K of s
+    __device__ uint32_t v_empty(int s) const { return base + 8 * (1 + 3 * C::STAGES + s); }  // ... with V of s
 };
 
 // Named barrier ids (0 is __syncthreads): consumer c's turn at the tensor cores,
@@ -417,17 +348,12 @@ struct NamedBarrier {
 
 // ---- the producer: one thread issues every copy ------------------------------------------
 
-// One work item's loads. The barrier phases run on from item to item: this is the
-// block's item number `ordinal` (0, 1, ...), and its K/V tiles are the block's
-// tiles first_tile, first_tile + 1, ...; tile g goes to stage g % STAGES.
 template <int D, typename C>
 __device__ __forceinline__ void produce(const CUtensorMap *q_map, const CUtensorMap *k_map, const CUtensorMap *v_map,
-                                        uint32_t smem, Barriers<C> bars, const WorkItem &w, int64_t first_tile, int64_t ordinal)
+                                        uint32_t smem, Barriers<C> bars, const BlockWork &w)
 {
     using L = SmemLayout<D, C>;
-    // Q: each consumer's 64 rows as D / 64 slabs; one barrier for all of them. The
-    // previous item's Q must first be released (q_empty phase ordinal - 1).
-    if (ordinal > 0) mbarrier_wait(bars.q_empty(), (ordinal - 1) & 1);
+    // Q: each consumer's 64 rows as D / 64 slabs; one barrier for all of them.
     mbarrier_arrive_expect_tx(bars.q_full(), C::BLOCK_M * D * 2);
 #pragma unroll
     for (int c = 0; c < C::CONSUMERS; c++)
@@ -435,51 +361,41 @@ __device__ __forceinline__ void produce(const CUtensorMap *q_map, const CUtensor
         for (int slab = 0; slab < D / SLAB_COLS; slab++)
             tma_load(smem + L::Q + c * L::Q_WG_BYTES + slab * L::Q_SLAB_BYTES, q_map, bars.q_full(), slab * SLAB_COLS,
                      w.m0 + c * WG_M, w.h, w.b);
-    // K and V tiles through the stages. Before refilling stage s with block tile g the
-    // producer waits for the consumers to release the tile that was there, STAGES
-    // tiles back (empty phase g / STAGES - 1 of that stage), maybe of the last item.
-    auto load_tile = [&](uint32_t tile_smem, const CUtensorMap *map, uint32_t full, uint32_t empty, int n, int64_t g,
+    // K and V tiles through the stages. Before refilling stage s the producer waits
+    // for the consumers to release the tile that was there, STAGES tiles back
+    // (empty phase n / STAGES - 1 of that stage).
+    auto load_tile = [&](uint32_t tile_smem, const CUtensorMap *map, uint32_t full, uint32_t empty, int n,
                          uint32_t empty_parity) {
-        if (g >= C::STAGES) mbarrier_wait(empty, empty_parity);
+        if (n >= C::STAGES) mbarrier_wait(empty, empty_parity);
         mbarrier_arrive_expect_tx(full, L::KV_STAGE_BYTES);
 #pragma unroll
         for (int slab = 0; slab < D / SLAB_COLS; slab++)
             tma_load(tile_smem + slab * L::KV_SLAB_BYTES, map, full, slab * SLAB_COLS, n * C::BLOCK_N, w.h_kv, w.b);
     };
     for (int n = 0; n < w.n_blocks; n++) {
-        const int64_t g = first_tile + n;
-        const int stage = (int)(g % C::STAGES);
-        const uint32_t empty_parity = (g / C::STAGES + 1) & 1, stage_off = stage * L::KV_STAGE_BYTES;
-        load_tile(smem + L::K + stage_off, k_map, bars.k_full(stage), bars.k_empty(stage), n, g, empty_parity);
-        load_tile(smem + L::V + stage_off, v_map, bars.v_full(stage), bars.v_empty(stage), n, g, empty_parity);
+        const int stage = n % C::STAGES;
+        const uint32_t empty_parity = (n / C::STAGES + 1) & 1, stage_off = stage * L::KV_STAGE_BYTES;
+        load_tile(smem + L::K + stage_off, k_map, bars.k_full(stage), bars.k_empty(stage), n, empty_parity);
+        load_tile(smem + L::V + stage_off, v_map, bars.v_full(stage), bars.v_empty(stage), n, empty_parity);
     }
 }
 
-// ---- a consumer: 64 query rows of one work item, the whole key loop, the epilogue -----------
+// ---- a consumer: 64 query rows, the whole key loop, the epilogue ---------------------------
 
-// The item's tiles and Q are the block's tiles first_tile, ... and its Q number
-// `ordinal`, as in produce.
 template <typename T, int D, typename C>
 __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *o_map, uint32_t smem, Barriers<C> bars,
-                                        const WorkItem &w, int64_t first_tile, int64_t ordinal)
+                                        const BlockWork &w)
 {
     using L = SmemLayout<D, C>;
     using NB = NamedBarrier<C>;
     constexpr int BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, CONSUMERS = C::CONSUMERS;
-    // This consumer, 0 .. CONSUMERS - 1. The same in every lane of a warp (a warpgroup is
-    // four whole warps), but the compiler cannot prove it from threadIdx.x; a value taken
-    // from lane 0 by a shuffle it can. Everything computed from c, the Q and O addresses and
-    // the wgmma descriptors, then stays on the uniform datapath (computed once per warp, in
-    // uniform registers, where wgmma reads its descriptors) also under the branch on c below:
-    // without the shuffle that branch cost 5-12% at every shape (docs/11_persistent.md).
-    const int c = __shfl_sync(0xffffffffu, (int)threadIdx.x / WARPGROUP - 1, 0);
+    const int c = threadIdx.x / WARPGROUP - 1;  // this consumer, 0 .. CONSUMERS - 1
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // accumulator coordinates: row group, thread in group
     const int row0 = w.m0 + c * WG_M + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
     const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
 
-    const uint32_t q_wg = smem + L::Q + c * L::Q_WG_BYTES;  // this consumer's Q, [D / 64][WG_M][64]
-    const uint32_t o_wg = smem + L::O + c * L::Q_WG_BYTES;  // this consumer's O, the same layout
+    const uint32_t q_wg = smem + L::Q + c * L::Q_WG_BYTES;  // this consumer's Q, [D / 64][WG_M][64]; O in the epilogue
     // Descriptors of the first k-step of Q, K stage 0 and V stage 0 (see smem_desc).
     const uint64_t q_desc = smem_desc(q_wg, 16, 8 * SWIZZLE_BYTES);
     const uint64_t k_desc = smem_desc(smem + L::K, 16, 8 * SWIZZLE_BYTES);
@@ -493,14 +409,10 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
 #pragma unroll
     for (int i = 0; i < D / 2; i++) o_acc[i] = 0.0f;
 
-    // The item's tile n is the block's tile first_tile + n: its stage, and the parity
-    // of the full and empty phases that tile is in.
-    auto stage_of = [&](int n) { return (int)((first_tile + n) % STAGES); };
-    auto parity_of = [&](int n) { return (uint32_t)((first_tile + n) / STAGES & 1); };
     // S = Q K_n^T: D / 16 wgmma, each one k-step of 16 head-dim columns, 32 bytes
     // further along the slab's 128-byte rows, the next slab after four.
     auto issue_qk = [&](int n) {
-        const uint32_t stage_off = stage_of(n) * L::KV_STAGE_BYTES;
+        const uint32_t stage_off = n % STAGES * L::KV_STAGE_BYTES;
 #pragma unroll
         for (int kk = 0; kk < D / WG_K; kk++) {
             const uint32_t k_off = kk % 4 * 32;  // bytes into the 128-byte row
@@ -511,7 +423,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     };
     // O += P_n V_n: BLOCK_N / 16 wgmma, each 16 keys = 16 rows of 128 bytes further.
     auto issue_pv = [&](int n) {
-        const uint32_t stage_off = stage_of(n) * L::KV_STAGE_BYTES;
+        const uint32_t stage_off = n % STAGES * L::KV_STAGE_BYTES;
 #pragma unroll
         for (int j = 0; j < BLOCK_N / WG_K; j++)
             wgmma_rs<T, D>(o_acc, p_frag[j], desc_advance(v_desc, stage_off + j * WG_K * SWIZZLE_BYTES));
@@ -591,58 +503,26 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
             for (int a = 0; a < 4; a++) p_frag[j][a] = pack2<T>(s_acc[8 * j + 2 * a], s_acc[8 * j + 2 * a + 1]);
     };
 
-    // S_n has run: its K stage is free, and after the item's last S so is Q (the
-    // producer loads the next item's Q under this item's last softmax and P V).
-    auto release_after_s = [&](int n) {
-        release(bars.k_empty(stage_of(n)));
-        if (n == w.n_blocks - 1) release(bars.q_empty());
-    };
-
-    mbarrier_wait(bars.q_full(), (uint32_t)(ordinal & 1));
-    // None of this consumer's 64 rows exists (the last q tile of a head, when seqlen_q is not
-    // a multiple of BLOCK_M: at N1024 with 192-row tiles, two of the three consumers of a
-    // head's sixth tile). It takes its turns and releases its stages as the loop below would,
-    // and leaves the tensor cores to the others. Each release waits for its tile to land
-    // first: an arrival must count towards the phase of this tile, not of one before it.
-    if (w.m0 + c * WG_M >= p.seqlen_q) {
-        if (w.n_blocks == 0) release(bars.q_empty());
-        if (w.n_blocks > 0) {
-            if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
-            // (Rolled: a rare path, its code kept small next to the consumer's own loop.)
-#pragma unroll 1
-            for (int n = 0; n < w.n_blocks; n++) {
-                mbarrier_wait(bars.k_full(stage_of(n)), parity_of(n));
-                turn_begin();
-                turn_end(false);
-                release_after_s(n);
-                mbarrier_wait(bars.v_full(stage_of(n)), parity_of(n));
-                release(bars.v_empty(stage_of(n)));
-            }
-            turn_begin();
-            turn_end(true);
-        }
-        return;
-    }
-    if (w.n_blocks == 0) release(bars.q_empty());  // a causal item with no visible key: Q is not read
+    mbarrier_wait(bars.q_full(), 0);  // also before the epilogue of a block with no key tile: O overwrites Q
     if (w.n_blocks > 0) {
         float correction[2];
         if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
         // Tile 0: S_0 alone.
-        mbarrier_wait(bars.k_full(stage_of(0)), parity_of(0));
+        mbarrier_wait(bars.k_full(0), 0);
         turn_begin();
         wgmma_fence();
         issue_qk(0);
         turn_end(false);
         wgmma_wait<0>();
         fence_registers(s_acc);
-        release_after_s(0);
+        release(bars.k_empty(0));
         softmax(0, correction);  // O is still zero: nothing to rescale
         pack_p();
         // Tile n: S_n and P_{n-1} V_{n-1} issued together; the softmax of S_n runs
         // while P_{n-1} V_{n-1} is still on the tensor cores.
         for (int n = 1; n < w.n_blocks; n++) {
-            mbarrier_wait(bars.k_full(stage_of(n)), parity_of(n));
-            mbarrier_wait(bars.v_full(stage_of(n - 1)), parity_of(n - 1));
+            mbarrier_wait(bars.k_full(n % STAGES), n / STAGES & 1);
+            mbarrier_wait(bars.v_full((n - 1) % STAGES), (n - 1) / STAGES & 1);
             turn_begin();
             fence_registers(s_acc);
             fence_registers(o_acc);
@@ -652,13 +532,13 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
             turn_end(false);
             wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
             fence_registers(s_acc);
-            release_after_s(n);
+            release(bars.k_empty(n % STAGES));
             const bool rescale = softmax(n, correction);
             wgmma_wait<0>();  // P_{n-1} V_{n-1} is done: O may change, p_frag may be rewritten
             fence_registers(o_acc);
 #pragma unroll
             for (int j = 0; j < BLOCK_N / WG_K; j++) fence_registers(p_frag[j]);
-            release(bars.v_empty(stage_of(n - 1)));
+            release(bars.v_empty((n - 1) % STAGES));
             if (rescale) {
 #pragma unroll
                 for (int i = 0; i < D / 2; i++) o_acc[i] *= correction[i / 2 % 2];
@@ -667,7 +547,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
         }
         // The last P V.
         const int last = w.n_blocks - 1;
-        mbarrier_wait(bars.v_full(stage_of(last)), parity_of(last));
+        mbarrier_wait(bars.v_full(last % STAGES), last / STAGES & 1);
         turn_begin();
         fence_registers(o_acc);
         wgmma_fence();
@@ -675,16 +555,14 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
         turn_end(true);
         wgmma_wait<0>();
         fence_registers(o_acc);
-        release(bars.v_empty(stage_of(last)));
+        release(bars.v_empty(last % STAGES));
     }
 
     // Epilogue: finish the row sums across the quad, normalise, write O as 16-bit
-    // pairs into this consumer's O slabs in the 128-byte swizzle the O tensor map
+    // pairs into this consumer's Q slabs in the 128-byte swizzle the O tensor map
     // expects (16-byte chunk XOR row % 8: a store instruction's 8 rows land in 8
-    // different chunks, no bank conflict), then one thread stores the slabs with TMA
-    // and goes on without waiting. The slabs still hold the previous item's O until
-    // that store has read them: the thread that issued it waits for that first.
-    if (threadIdx.x % WARPGROUP == 0) tma_store_wait_read();
+    // different chunks, no bank conflict), then one thread stores the slabs with TMA.
+    // Every warp of the consumer must be done reading Q (its wgmma waited) first.
     named_barrier_sync(NB::EPILOGUE + c, WARPGROUP);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
@@ -695,7 +573,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++) {
             const int col = 8 * dt + 2 * t;
-            const uint32_t addr = o_wg + col / SLAB_COLS * L::Q_SLAB_BYTES + row * SWIZZLE_BYTES +
+            const uint32_t addr = q_wg + col / SLAB_COLS * L::Q_SLAB_BYTES + row * SWIZZLE_BYTES +
                                   ((col % SLAB_COLS / 8) ^ (row % 8)) * 16 + col % 8 * 2;
             const uint32_t packed = pack2<T>(o_acc[4 * dt + 2 * r] * inv_l, o_acc[4 * dt + 2 * r + 1] * inv_l);
             asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(addr), "r"(packed) : "memory");
@@ -710,15 +588,13 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     if (threadIdx.x % WARPGROUP == 0) {
 #pragma unroll
         for (int slab = 0; slab < D / SLAB_COLS; slab++)
-            tma_store(o_map, o_wg + slab * L::Q_SLAB_BYTES, slab * SLAB_COLS, w.m0 + c * WG_M, w.h, w.b);
-        tma_store_commit();
+            tma_store(o_map, q_wg + slab * L::Q_SLAB_BYTES, slab * SLAB_COLS, w.m0 + c * WG_M, w.h, w.b);
+        tma_store_commit_and_wait_read();
     }
 }
 
 // ---- the kernel ------------------------------------------------------------------------
 
-// One block per SM (or per unit of work, when there are fewer), for the whole
-// launch, each taking its share of the work (TileScheduler).
 template <typename T, int D, typename C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     fa2_wgmma_kernel(const fa2_params p, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
@@ -730,11 +606,20 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const uint32_t smem = ((uint32_t)__cvta_generic_to_shared(smem_raw) + SWIZZLE_ATOM - 1) & ~(uint32_t)(SWIZZLE_ATOM - 1);
     const Barriers<C> bars{smem + L::BARRIERS};
 
-    const TileScheduler<C> schedule(p);
+    BlockWork w;
+    // Causal blocks near the end of the sequence see the most keys: start them first.
+    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    w.m0 = m_block * C::BLOCK_M, w.h = blockIdx.y, w.b = blockIdx.z;
+    w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA
+    w.shift = p.seqlen_k - p.seqlen_q;        // causal: row i sees keys j <= i + shift
+    const int key_end = p.causal ? min(p.seqlen_k, max(0, w.m0 + C::BLOCK_M + w.shift)) : p.seqlen_k;
+    w.n_blocks = (key_end + C::BLOCK_N - 1) / C::BLOCK_N;
+    // Tiles from first_masked on cross the diagonal or hold the seqlen_k tail.
+    w.first_masked = p.seqlen_k / C::BLOCK_N;
+    if (p.causal) w.first_masked = min(w.first_masked, max(0, (w.m0 + w.shift + 1) / C::BLOCK_N));
 
     if (threadIdx.x == 0) {
         mbarrier_init(bars.q_full(), 1);  // the producer's arrive.expect_tx; the bytes do the rest
-        mbarrier_init(bars.q_empty(), C::CONSUMERS * 4);  // one arrival per consumer warp
         for (int s = 0; s < C::STAGES; s++) {
             mbarrier_init(bars.k_full(s), 1);
             mbarrier_init(bars.v_full(s), 1);
@@ -745,20 +630,12 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     }
     __syncthreads();
 
-    // Producer and consumers walk the same items.
     if (threadIdx.x < WARPGROUP) {
         setmaxnreg_dec<C::PRODUCER_REGS>();
-        if (threadIdx.x == 0)
-            schedule.for_each_item(p, [&](const WorkItem &w, int64_t first_tile, int64_t ordinal) {
-                produce<D, C>(&q_map, &k_map, &v_map, smem, bars, w, first_tile, ordinal);
-            });
+        if (threadIdx.x == 0) produce<D, C>(&q_map, &k_map, &v_map, smem, bars, w);
     } else {
         setmaxnreg_inc<C::CONSUMER_REGS>();
-        schedule.for_each_item(p, [&](const WorkItem &w, int64_t first_tile, int64_t ordinal) {
-            consume<T, D, C>(p, &o_map, smem, bars, w, first_tile, ordinal);
-        });
-        // The last O store must be done before the block's shared memory goes away.
-        if (threadIdx.x % WARPGROUP == 0) tma_store_wait_all();
+        consume<T, D, C>(p, &o_map, smem, bars, w);
     }
 }
 
@@ -797,14 +674,14 @@ static int make_tensor_map(CUtensorMap *map, const void *base, fa2_dtype dtype, 
                   CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
 }
 
-// Work items: q tiles of `block_m` rows x heads x batch (under 2^31: fa2_supports).
-static long long work_items(const fa2_params *p, int block_m)
+// Blocks of `block_m` query rows: one per (query tile, head, batch).
+static long long grid_blocks(const fa2_params *p, int block_m)
 {
     return (long long)((p->seqlen_q + block_m - 1) / block_m) * p->heads_q * p->batch;
 }
 
 template <typename T, int D, typename C>
-static int launch_with(const fa2_params *p, int sm_count, cudaStream_t stream)
+static int launch_with(const fa2_params *p, int64_t, void *stream)
 {
     using L = SmemLayout<D, C>;
     CUtensorMap maps[4];
@@ -822,39 +699,37 @@ static int launch_with(const fa2_params *p, int sm_count, cudaStream_t stream)
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    // Units of work (TileScheduler): one q tile each, or two under a causal mask.
-    const long long m_blocks = (p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M;
-    const long long units = (p->causal ? (m_blocks + 1) / 2 : m_blocks) * p->heads_q * p->batch;
-    const long long blocks = std::min(units, (long long)sm_count);
-    fa2_wgmma_kernel<T, D, C><<<(unsigned)blocks, C::THREADS, L::BYTES, stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
+    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
+    fa2_wgmma_kernel<T, D, C><<<grid, C::THREADS, L::BYTES, (cudaStream_t)stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
 
-// A launch takes ManyItemsConfig when there are more 128-row work items than the
-// GPU has SMs and no causal mask (the two configurations differ at d64 only).
+// A launch takes LargeGridConfig when the grid has more 128-row blocks than the
+// GPU has SMs (the two configurations differ at d64 only).
 template <int D>
-static bool takes_many_items_config(const fa2_params *p, int sm_count)
+static bool grid_is_large(const fa2_params *p, int sm_count)
 {
-    return !p->causal && work_items(p, FewItemsConfig<D>::BLOCK_M) > sm_count;
+    return grid_blocks(p, SmallGridConfig<D>::BLOCK_M) > sm_count;
 }
 
 // The shared memory a launch requests: launch_with's L::BYTES, of the configuration it takes.
 template <int D>
 static int smem_bytes(const fa2_params *p, int sm_count)
 {
-    return takes_many_items_config<D>(p, sm_count) ? SmemLayout<D, ManyItemsConfig<D>>::BYTES : SmemLayout<D, FewItemsConfig<D>>::BYTES;
+    return grid_is_large<D>(p, sm_count) ? SmemLayout<D, LargeGridConfig<D>>::BYTES : SmemLayout<D, SmallGridConfig<D>>::BYTES;
 }
 
-// The SM count, the most blocks a launch has, is the GPU's (or FA2_EMULATE's: common/device_limits.h).
 template <typename T, int D>
-static int launch(const fa2_params *p, cudaStream_t stream)
+static int launch(const fa2_params *p, void *stream)
 {
     fa2_limits l;
     char why[256];
     if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
-    return takes_many_items_config<D>(p, l.sm_count) ? launch_with<T, D, ManyItemsConfig<D>>(p, l.sm_count, stream)
-                                                     : launch_with<T, D, FewItemsConfig<D>>(p, l.sm_count, stream);
+    // The configuration from the whole grid; then one launch, or one per chunk of at most
+    // 65,535 batches and heads (the grid's y and z).
+    return fa2_for_each_grid_chunk(p, grid_is_large<D>(p, l.sm_count) ? launch_with<T, D, LargeGridConfig<D>> : launch_with<T, D, SmallGridConfig<D>>,
+                                   stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -874,12 +749,8 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
             if (why) snprintf(why, why_len, "stride %lld (allowed: under 2^39 elements, 2^40 bytes, for TMA tensor maps)", (long long)strides[i]);
             return 0;
         }
-    const long long items = work_items(p, FewItemsConfig<64>::BLOCK_M);
-    if (items > INT32_MAX) {
-        if (why) snprintf(why, why_len, "%lld work items (q tiles of %d rows x heads_q x batch; allowed: at most 2^31 - 1, the tile scheduler's int)",
-                          items, FewItemsConfig<64>::BLOCK_M);
-        return 0;
-    }
+    // A grid of more blocks than a GPU has SMs takes LargeGridConfig, so its blocks are
+    // the ones that could pass the limit.
     // Last, the device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
     // nothing can launch, and the harness says so itself.
     fa2_limits l;
@@ -901,18 +772,17 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 }
 
 // The configurations, numbered by their consumer warpgroups: 0 for two, 1 for three.
-static_assert(FewItemsConfig<64>::CONSUMERS == 2 && FewItemsConfig<128>::CONSUMERS == 2 &&
-                  ManyItemsConfig<64>::CONSUMERS == 3 && ManyItemsConfig<128>::CONSUMERS == 2 &&
-                  FewItemsConfig<64>::BLOCK_M == FewItemsConfig<128>::BLOCK_M,
-              "fa2_config numbers the configurations by their consumer count, 2 or 3; items are counted in 128-row tiles");
+static_assert(SmallGridConfig<64>::CONSUMERS == 2 && SmallGridConfig<128>::CONSUMERS == 2 &&
+                  LargeGridConfig<64>::CONSUMERS == 3 && LargeGridConfig<128>::CONSUMERS == 2,
+              "fa2_config numbers the configurations by their consumer count, 2 or 3");
 extern "C" int fa2_config_count(void) { return 2; }
 
 extern "C" int fa2_config_smem(const fa2_params *p, int config)
 {
     const bool d64 = p->head_dim == 64;
     switch (config) {
-    case 0: return d64 ? (int)SmemLayout<64, FewItemsConfig<64>>::BYTES : (int)SmemLayout<128, FewItemsConfig<128>>::BYTES;
-    case 1: return d64 ? (int)SmemLayout<64, ManyItemsConfig<64>>::BYTES : -1;  // three consumers: at d64 only
+    case 0: return d64 ? (int)SmemLayout<64, SmallGridConfig<64>>::BYTES : (int)SmemLayout<128, SmallGridConfig<128>>::BYTES;
+    case 1: return d64 ? (int)SmemLayout<64, LargeGridConfig<64>>::BYTES : -1;  // three consumers: at d64 only
     default: return -1;
     }
 }
@@ -926,27 +796,25 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
         snprintf(what, what_len, "%s: the choice depends on its SM count", reason);
         return -1;
     }
-    const bool many = p->head_dim == 64 ? takes_many_items_config<64>(p, l.sm_count) : takes_many_items_config<128>(p, l.sm_count);
-    const int consumers = p->head_dim == 64 ? (many ? ManyItemsConfig<64>::CONSUMERS : FewItemsConfig<64>::CONSUMERS)
-                                            : (many ? ManyItemsConfig<128>::CONSUMERS : FewItemsConfig<128>::CONSUMERS);
-    const long long items = work_items(p, FewItemsConfig<64>::BLOCK_M);
-    snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row items %s %d SMs%s",
-             consumers, consumers * WG_M, FewItemsConfig<64>::BLOCK_N, items, items > l.sm_count ? ">" : "<=", l.sm_count,
-             p->causal ? ", causal" : "");
+    const bool large = p->head_dim == 64 ? grid_is_large<64>(p, l.sm_count) : grid_is_large<128>(p, l.sm_count);
+    const long long blocks = grid_blocks(p, SmallGridConfig<64>::BLOCK_M);
+    const int consumers = p->head_dim == 64 ? (large ? LargeGridConfig<64>::CONSUMERS : SmallGridConfig<64>::CONSUMERS)
+                                            : (large ? LargeGridConfig<128>::CONSUMERS : SmallGridConfig<128>::CONSUMERS);
+    snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row blocks %s %d SMs",
+             consumers, consumers * WG_M, SmallGridConfig<64>::BLOCK_N, blocks, large ? ">" : "<=", l.sm_count);
     return consumers - 2;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
 {
     if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
-    cudaStream_t s = (cudaStream_t)stream;
     if (p->dtype == FA2_FP16)
-        return p->head_dim == 64 ? launch<__half, 64>(p, s) : launch<__half, 128>(p, s);
-    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, s) : launch<__nv_bfloat16, 128>(p, s);
+        return p->head_dim == 64 ? launch<__half, 64>(p, stream) : launch<__half, 128>(p, stream);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
 }
 
-extern "C" const char *fa2_name(void) { return "11_persistent"; }
-extern "C" const char *fa2_key_change(void) { return "one block per SM loops over the work items: the next item's loads and the last one's O store overlap"; }
+extern "C" const char *fa2_name(void) { return "11_intra_warpgroup_overlap"; }
+extern "C" const char *fa2_key_change(void) { return "the softmax of S_n runs while P_{n-1} V_{n-1} is on the tensor cores"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
 

@@ -1,34 +1,28 @@
-/* Step 08 - wgmma and TMA: the tuned algorithm on Hopper's machinery.
+/* Step 10 - warp specialisation: a producer warpgroup, consumers that take turns.
  *
- * Steps 01-07 use only instructions every GPU since Ampere has. From here on the
- * steps are for one GPU family, Hopper (sm_90a), and this one moves step 07's
- * algorithm (128-row blocks, the online softmax with a lazy rescale, causal
- * blocks longest first, the staged epilogue) onto Hopper's own instructions and
- * changes nothing else: the same warps load, multiply and run the softmax, in
- * order (docs/08_wgmma_tma.md).
+ * One change from step 09: who does what. In step 09 every warp both computes
+ * and waits: one thread of the block issues the next tiles' copies between its
+ * products, and the whole block meets at a barrier each tile before a stage may
+ * be refilled. Here the block gets one more warpgroup, the producer, that does
+ * nothing but issue TMA copies; the others, the consumers, only compute:
  *
- * 1. wgmma (warpgroup MMA). Four warps issue one m64nNk16 together; B, and for
- *    Q K^T also A, are read straight from shared memory through 64-bit matrix
- *    descriptors, so no ldmatrix and no fragment registers for Q, K or V. P V
- *    takes P from registers: an S accumulator is already P's A fragment. The
- *    instruction is asynchronous; this step waits for each product right after
- *    issuing it (wgmma.wait_group 0). mma.sync held its warp for the whole
- *    product (6 cycles of stall per HMMA in step 07).
- * 2. TMA (cp.async.bulk.tensor): one thread moves a whole [rows][64] slab with
- *    one instruction, described by a tensor map built on the host, already
- *    128-byte swizzled the way wgmma reads it. Rows past seqlen come back as
- *    zeros and stores past seqlen are dropped by the copy engine, so there are
- *    no tail checks in the copies.
- * 3. mbarriers: the elected thread raises an mbarrier's expected transaction
- *    count by a tile's bytes and the TMA copy counts it down as they land; every
- *    warp waits on the barrier's phase bit before it reads the tile.
- * 4. STAGES shared-memory stages for K and V: thread 0 issues the copies of tile
- *    n + STAGES as soon as the whole block is done with tile n (one barrier per
- *    tile), so the copies run STAGES - 1 tiles ahead of the products.
- * 5. Two warpgroups per block, 64 query rows each (BLOCK_M = 128, as step 07);
- *    128 keys per tile (step 07: 64, or 128 on small grids).
- * 6. The epilogue writes O, normalised, into each warpgroup's own Q slab (the
- *    same swizzle) and one thread stores it with a TMA store.
+ * 1. The producer (warpgroup 0; one of its threads issues every copy) runs ahead
+ *    of the consumers by STAGES tiles. Each stage now has a second pair of
+ *    mbarriers, k_empty and v_empty, on which every consumer warp arrives once
+ *    its wgmma reading that stage are done; the producer waits on them before it
+ *    refills the stage. No block-wide barrier is left in the key loop.
+ * 2. setmaxnreg: the producer needs a few registers for addresses and counters,
+ *    so it gives its allocation away (24 per thread) and the consumers take it
+ *    (240 each for two consumers, 160 for three): the SM's 64K registers go to
+ *    the warps that hold S, P and O.
+ * 3. The consumers take turns at the tensor cores (FlashAttention-3's ping-pong):
+ *    a named barrier per consumer lets consumer c issue its product only after
+ *    consumer c - 1 has issued its own, so while one consumer is in its softmax
+ *    the other's product runs.
+ * 4. With the registers to spare, three consumers (192 query rows per block) at
+ *    d64 on grids larger than the GPU (see LargeGridConfig).
+ * Within a consumer the work stays in order: S_n, its softmax, then P_n V_n,
+ * each product waited for before the next step.
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
@@ -55,31 +49,45 @@ constexpr int SLAB_COLS = SWIZZLE_BYTES / 2;  // 64 elements: a 128B-swizzled bo
                                               // tile is stored as D / 64 slabs [rows][64]
 constexpr int SWIZZLE_ATOM = 8 * SWIZZLE_BYTES;  // 1024 bytes: 8 rows, the unit every slab must be aligned to
 
-template <int D>
+template <int D, int CONSUMERS_>
 struct Config {
-    static constexpr int WARPGROUPS = 2;  // warpgroups per block, WG_M query rows each
-    static constexpr int BLOCK_M = WARPGROUPS * WG_M;
+    static constexpr int CONSUMERS = CONSUMERS_;  // consumer warpgroups, WG_M query rows each
+    static constexpr int BLOCK_M = CONSUMERS * WG_M;
     static constexpr int BLOCK_N = 128;  // keys per tile: the n of Q K^T's wgmma
     static constexpr int STAGES = 2;     // shared-memory buffers for each of K and V
-    static constexpr int THREADS = WARPGROUPS * WARPGROUP;
+    static constexpr int THREADS = (CONSUMERS + 1) * WARPGROUP;
+    // setmaxnreg: the producer needs a few registers for addresses and loop counters;
+    // a consumer holds S (BLOCK_N / 2 per thread), O (D / 2) and P (BLOCK_N / 4), 160
+    // at d128 and 128 at d64, plus its softmax temporaries.
+    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
+    static_assert((PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) * WARPGROUP <= 65536,
+                  "the warpgroups' register budgets must fit in the SM's 64K registers");
     static_assert(D % SLAB_COLS == 0, "the head dim is loaded as 64-column slabs, one 128-byte swizzle span each");
     static_assert(BLOCK_N % WG_K == 0 && BLOCK_N % 8 == 0 && BLOCK_N <= 256,
                   "BLOCK_N is the n of one wgmma (a multiple of 8, at most 256) and P V consumes it 16 keys at a time");
-    static_assert(STAGES >= 2, "the copy of tile n + STAGES is issued while tile n + 1 is read");
+    static_assert(STAGES >= 2, "the copy of tile n + 1 needs its own buffer while tile n is read");
 };
+// Two consumers (128 query rows per block) everywhere, except d64 on grids with more
+// 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
+// choice for d64) was measured 5-15% faster, and on a smaller grid 0.87x the throughput
+// (fewer, larger blocks leave SMs idle). See docs/10_warp_specialized.md.
+template <int D>
+using SmallGridConfig = Config<D, 2>;
+template <int D>
+using LargeGridConfig = Config<D, D == 64 ? 3 : 2>;
 
 // Byte offsets into dynamic shared memory, from a 1024-byte aligned base.
 template <int D, typename C>
 struct SmemLayout {
-    static constexpr uint32_t Q_SLAB_BYTES = WG_M * SWIZZLE_BYTES;       // one 64-column slab of one warpgroup's Q
-    static constexpr uint32_t Q_WG_BYTES = WG_M * D * 2;                 // one warpgroup's Q, later its O
+    static constexpr uint32_t Q_SLAB_BYTES = WG_M * SWIZZLE_BYTES;       // one 64-column slab of one consumer's Q
+    static constexpr uint32_t Q_WG_BYTES = WG_M * D * 2;                 // one consumer's Q, later its O
     static constexpr uint32_t KV_SLAB_BYTES = C::BLOCK_N * SWIZZLE_BYTES;  // one 64-column slab of a K or V tile
     static constexpr uint32_t KV_STAGE_BYTES = C::BLOCK_N * D * 2;
-    static constexpr uint32_t Q = 0;                                   // [WARPGROUPS][D / 64][WG_M][64]
-    static constexpr uint32_t K = Q + C::WARPGROUPS * Q_WG_BYTES;      // [STAGES][D / 64][BLOCK_N][64]
+    static constexpr uint32_t Q = 0;                                   // [CONSUMERS][D / 64][WG_M][64]
+    static constexpr uint32_t K = Q + C::CONSUMERS * Q_WG_BYTES;       // [STAGES][D / 64][BLOCK_N][64]
     static constexpr uint32_t V = K + C::STAGES * KV_STAGE_BYTES;      // [STAGES][D / 64][BLOCK_N][64]
-    static constexpr uint32_t BARRIERS = V + C::STAGES * KV_STAGE_BYTES;  // q_full, then 2 per stage (see Barriers)
-    static constexpr uint32_t BYTES = BARRIERS + (1 + 2 * C::STAGES) * 8 + SWIZZLE_ATOM;  // + slack to align the base
+    static constexpr uint32_t BARRIERS = V + C::STAGES * KV_STAGE_BYTES;  // q_full, then 4 per stage (see Barriers)
+    static constexpr uint32_t BYTES = BARRIERS + (1 + 4 * C::STAGES) * 8 + SWIZZLE_ATOM;  // + slack to align the base
     static_assert(Q_SLAB_BYTES % SWIZZLE_ATOM == 0 && KV_SLAB_BYTES % SWIZZLE_ATOM == 0,
                   "every slab starts on a 1024-byte boundary: TMA's and wgmma's 128-byte swizzle is anchored there");
 };
@@ -103,6 +111,11 @@ __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarr
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void mbarrier_arrive(uint32_t bar)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Returns once the phase with this parity has completed. try_wait suspends the
@@ -152,13 +165,25 @@ __device__ __forceinline__ void tma_store_commit_and_wait_read()
 // same bytes by the copy engine or the tensor cores (the async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// ---- PTX wrappers: named barriers ------------------------------------------------
+// ---- PTX wrappers: named barriers, registers -------------------------------------
 
-// bar.sync waits until `threads` threads have reached barrier `id`.
+// bar.sync waits until `threads` threads have reached barrier `id` (with sync or
+// arrive); bar.arrive counts this thread without waiting.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
+{
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// Moves this warpgroup's per-thread register allocation to N (sm_90a): the
+// producer returns what the consumers take.
+template <int N>
+__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
+template <int N>
+__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
 // ---- PTX wrappers: wgmma ----------------------------------------------------------
 
@@ -315,67 +340,68 @@ struct Barriers {
     __device__ uint32_t q_full() const { return base; }                                      // Q has landed
     __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }                   // K of stage s has landed
     __device__ uint32_t v_full(int s) const { return base + 8 * (1 + C::STAGES + s); }       // V of stage s has landed
+    __device__ uint32_t k_empty(int s) const { return base + 8 * (1 + 2 * C::STAGES + s); }  // every consumer warp is done with K of s
+    __device__ uint32_t v_empty(int s) const { return base + 8 * (1 + 3 * C::STAGES + s); }  // ... with V of s
 };
 
-// Named barrier ids (0 is __syncthreads): warpgroup c's epilogue.
+// Named barrier ids (0 is __syncthreads): consumer c's turn at the tensor cores,
+// and consumer c's epilogue.
 template <typename C>
 struct NamedBarrier {
-    static constexpr int EPILOGUE = 1;
-    static_assert(EPILOGUE + C::WARPGROUPS <= 16, "an SM has 16 named barriers per block");
+    static constexpr int TURN = 1, EPILOGUE = 1 + C::CONSUMERS;
+    static_assert(EPILOGUE + C::CONSUMERS <= 16, "an SM has 16 named barriers per block");
 };
 
-// ---- the copies: one thread issues them -------------------------------------------------
+// ---- the producer: one thread issues every copy ------------------------------------------
 
-// Q: each warpgroup's 64 rows as D / 64 slabs; one barrier for all of them.
 template <int D, typename C>
-__device__ __forceinline__ void load_q(const CUtensorMap *q_map, uint32_t smem, Barriers<C> bars, const BlockWork &w)
+__device__ __forceinline__ void produce(const CUtensorMap *q_map, const CUtensorMap *k_map, const CUtensorMap *v_map,
+                                        uint32_t smem, Barriers<C> bars, const BlockWork &w)
 {
     using L = SmemLayout<D, C>;
+    // Q: each consumer's 64 rows as D / 64 slabs; one barrier for all of them.
     mbarrier_arrive_expect_tx(bars.q_full(), C::BLOCK_M * D * 2);
 #pragma unroll
-    for (int c = 0; c < C::WARPGROUPS; c++)
+    for (int c = 0; c < C::CONSUMERS; c++)
 #pragma unroll
         for (int slab = 0; slab < D / SLAB_COLS; slab++)
             tma_load(smem + L::Q + c * L::Q_WG_BYTES + slab * L::Q_SLAB_BYTES, q_map, bars.q_full(), slab * SLAB_COLS,
                      w.m0 + c * WG_M, w.h, w.b);
-}
-
-// K and V of tile n into stage n % STAGES (its buffers must be free: the block is
-// done with the tile that was there), each on its own barrier.
-template <int D, typename C>
-__device__ __forceinline__ void load_kv(const CUtensorMap *k_map, const CUtensorMap *v_map, uint32_t smem, Barriers<C> bars,
-                                        const BlockWork &w, int n)
-{
-    using L = SmemLayout<D, C>;
-    const int stage = n % C::STAGES;
-    const uint32_t stage_off = stage * L::KV_STAGE_BYTES;
-    mbarrier_arrive_expect_tx(bars.k_full(stage), L::KV_STAGE_BYTES);
-    mbarrier_arrive_expect_tx(bars.v_full(stage), L::KV_STAGE_BYTES);
+    // K and V tiles through the stages. Before refilling stage s the producer waits
+    // for the consumers to release the tile that was there, STAGES tiles back
+    // (empty phase n / STAGES - 1 of that stage).
+    auto load_tile = [&](uint32_t tile_smem, const CUtensorMap *map, uint32_t full, uint32_t empty, int n,
+                         uint32_t empty_parity) {
+        if (n >= C::STAGES) mbarrier_wait(empty, empty_parity);
+        mbarrier_arrive_expect_tx(full, L::KV_STAGE_BYTES);
 #pragma unroll
-    for (int slab = 0; slab < D / SLAB_COLS; slab++) {
-        tma_load(smem + L::K + stage_off + slab * L::KV_SLAB_BYTES, k_map, bars.k_full(stage), slab * SLAB_COLS,
-                 n * C::BLOCK_N, w.h_kv, w.b);
-        tma_load(smem + L::V + stage_off + slab * L::KV_SLAB_BYTES, v_map, bars.v_full(stage), slab * SLAB_COLS,
-                 n * C::BLOCK_N, w.h_kv, w.b);
+        for (int slab = 0; slab < D / SLAB_COLS; slab++)
+            tma_load(tile_smem + slab * L::KV_SLAB_BYTES, map, full, slab * SLAB_COLS, n * C::BLOCK_N, w.h_kv, w.b);
+    };
+    for (int n = 0; n < w.n_blocks; n++) {
+        const int stage = n % C::STAGES;
+        const uint32_t empty_parity = (n / C::STAGES + 1) & 1, stage_off = stage * L::KV_STAGE_BYTES;
+        load_tile(smem + L::K + stage_off, k_map, bars.k_full(stage), bars.k_empty(stage), n, empty_parity);
+        load_tile(smem + L::V + stage_off, v_map, bars.v_full(stage), bars.v_empty(stage), n, empty_parity);
     }
 }
 
-// ---- a warpgroup: 64 query rows, the whole key loop, the epilogue ---------------------------
+// ---- a consumer: 64 query rows, the whole key loop, the epilogue ---------------------------
 
 template <typename T, int D, typename C>
-__device__ __forceinline__ void compute(const fa2_params &p, const CUtensorMap *k_map, const CUtensorMap *v_map,
-                                        const CUtensorMap *o_map, uint32_t smem, Barriers<C> bars, const BlockWork &w)
+__device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *o_map, uint32_t smem, Barriers<C> bars,
+                                        const BlockWork &w)
 {
     using L = SmemLayout<D, C>;
     using NB = NamedBarrier<C>;
-    constexpr int BLOCK_N = C::BLOCK_N, STAGES = C::STAGES;
-    const int c = threadIdx.x / WARPGROUP;  // this warpgroup, 0 .. WARPGROUPS - 1
+    constexpr int BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, CONSUMERS = C::CONSUMERS;
+    const int c = threadIdx.x / WARPGROUP - 1;  // this consumer, 0 .. CONSUMERS - 1
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // accumulator coordinates: row group, thread in group
     const int row0 = w.m0 + c * WG_M + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
     const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
 
-    const uint32_t q_wg = smem + L::Q + c * L::Q_WG_BYTES;  // this warpgroup's Q, [D / 64][WG_M][64]; O in the epilogue
+    const uint32_t q_wg = smem + L::Q + c * L::Q_WG_BYTES;  // this consumer's Q, [D / 64][WG_M][64]; O in the epilogue
     // Descriptors of the first k-step of Q, K stage 0 and V stage 0 (see smem_desc).
     const uint64_t q_desc = smem_desc(q_wg, 16, 8 * SWIZZLE_BYTES);
     const uint64_t k_desc = smem_desc(smem + L::K, 16, 8 * SWIZZLE_BYTES);
@@ -409,9 +435,24 @@ __device__ __forceinline__ void compute(const fa2_params &p, const CUtensorMap *
             wgmma_rs<T, D>(o_acc, p_frag[j], desc_advance(v_desc, stage_off + j * WG_K * SWIZZLE_BYTES));
         wgmma_commit();
     };
+    // Each consumer warp releases a stage once its own wgmma reading it are done.
+    auto release = [&](uint32_t bar) {
+        if (lane == 0) mbarrier_arrive(bar);
+    };
+    // Turns at the tensor cores: consumer c issues a product only after consumer
+    // c - 1 has issued its own, so while one consumer is in its softmax the other's
+    // product runs. Every consumer takes 2 n_blocks turns (S_n, then P_n V_n); the
+    // last consumer hands the first turn out before the loop and keeps its own last one.
+    auto turn_begin = [&] {
+        named_barrier_sync(NB::TURN + c, 2 * WARPGROUP);
+    };
+    auto turn_end = [&](bool last) {
+        if (!(last && c == CONSUMERS - 1)) named_barrier_arrive(NB::TURN + (c + 1) % CONSUMERS, 2 * WARPGROUP);
+    };
+
     // The online softmax of S_n, in place: masks, updates the running max and sum,
     // and leaves P = exp2(S scale - m) in s_acc. Returns whether O must be rescaled
-    // by correction[] (the caller does it: no product is running then).
+    // by correction[] (the caller does it, when no product that adds to O is running).
     auto softmax = [&](int n, float (&correction)[2]) {
         if (n >= w.first_masked) {
 #pragma unroll
@@ -469,48 +510,54 @@ __device__ __forceinline__ void compute(const fa2_params &p, const CUtensorMap *
     };
 
     mbarrier_wait(bars.q_full(), 0);  // also before the epilogue of a block with no key tile: O overwrites Q
-    float correction[2];
-    for (int n = 0; n < w.n_blocks; n++) {
-        const int stage = n % STAGES;
-        const uint32_t parity = n / STAGES & 1;
-        // S_n = Q K_n^T, waited for at once; then its softmax.
-        mbarrier_wait(bars.k_full(stage), parity);
-        fence_registers(s_acc);
-        wgmma_fence();
-        issue_qk(n);
-        wgmma_wait<0>();
-        fence_registers(s_acc);
-        if (softmax(n, correction)) {
+    if (w.n_blocks > 0) {
+        float correction[2];
+        if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
+        for (int n = 0; n < w.n_blocks; n++) {
+            const int stage = n % STAGES;
+            const uint32_t parity = n / STAGES & 1;
+            // S_n = Q K_n^T, in one turn; then the softmax, while the other consumer's turn runs.
+            mbarrier_wait(bars.k_full(stage), parity);
+            turn_begin();
+            fence_registers(s_acc);
+            wgmma_fence();
+            issue_qk(n);
+            turn_end(false);
+            wgmma_wait<0>();
+            fence_registers(s_acc);
+            release(bars.k_empty(stage));
+            if (softmax(n, correction)) {  // no product is running: O may be rescaled now
 #pragma unroll
-            for (int i = 0; i < D / 2; i++) o_acc[i] *= correction[i / 2 % 2];
+                for (int i = 0; i < D / 2; i++) o_acc[i] *= correction[i / 2 % 2];
+            }
+            pack_p();
+            // O += P_n V_n, in the next turn.
+            mbarrier_wait(bars.v_full(stage), parity);
+            turn_begin();
+            fence_registers(o_acc);
+            wgmma_fence();
+            issue_pv(n);
+            turn_end(n == w.n_blocks - 1);
+            wgmma_wait<0>();
+            fence_registers(o_acc);
+#pragma unroll
+            for (int j = 0; j < BLOCK_N / WG_K; j++) fence_registers(p_frag[j]);
+            release(bars.v_empty(stage));
         }
-        pack_p();
-        // O += P_n V_n, waited for at once.
-        mbarrier_wait(bars.v_full(stage), parity);
-        fence_registers(o_acc);
-        wgmma_fence();
-        issue_pv(n);
-        wgmma_wait<0>();
-        fence_registers(o_acc);
-#pragma unroll
-        for (int j = 0; j < BLOCK_N / WG_K; j++) fence_registers(p_frag[j]);
-        // Every warp of the block is done with stage `stage`: tile n + STAGES takes its place.
-        __syncthreads();
-        if (threadIdx.x == 0 && n + STAGES < w.n_blocks) load_kv<D, C>(k_map, v_map, smem, bars, w, n + STAGES);
     }
 
     // Epilogue: finish the row sums across the quad, normalise, write O as 16-bit
-    // pairs into this warpgroup's Q slabs in the 128-byte swizzle the O tensor map
+    // pairs into this consumer's Q slabs in the 128-byte swizzle the O tensor map
     // expects (16-byte chunk XOR row % 8: a store instruction's 8 rows land in 8
     // different chunks, no bank conflict), then one thread stores the slabs with TMA.
-    // Every warp of the warpgroup must be done reading Q (its wgmma waited) first.
+    // Every warp of the consumer must be done reading Q (its wgmma waited) first.
     named_barrier_sync(NB::EPILOGUE + c, WARPGROUP);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
         const float inv_l = l_run[r] != 0.0f ? 1.0f / l_run[r] : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
-        const int row = warp * 16 + g + 8 * r;                          // within the warpgroup's 64 rows
+        const int row = warp * 16 + g + 8 * r;                          // within the consumer's 64 rows
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++) {
             const int col = 8 * dt + 2 * t;
@@ -560,18 +607,24 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if (p.causal) w.first_masked = min(w.first_masked, max(0, (w.m0 + w.shift + 1) / C::BLOCK_N));
 
     if (threadIdx.x == 0) {
-        mbarrier_init(bars.q_full(), 1);  // thread 0's arrive.expect_tx; the bytes do the rest
+        mbarrier_init(bars.q_full(), 1);  // the producer's arrive.expect_tx; the bytes do the rest
         for (int s = 0; s < C::STAGES; s++) {
             mbarrier_init(bars.k_full(s), 1);
             mbarrier_init(bars.v_full(s), 1);
+            mbarrier_init(bars.k_empty(s), C::CONSUMERS * 4);  // one arrival per consumer warp
+            mbarrier_init(bars.v_empty(s), C::CONSUMERS * 4);
         }
         fence_barrier_init();
-        // The prologue: Q, and the first STAGES key tiles.
-        load_q<D, C>(&q_map, smem, bars, w);
-        for (int n = 0; n < C::STAGES && n < w.n_blocks; n++) load_kv<D, C>(&k_map, &v_map, smem, bars, w, n);
     }
-    __syncthreads();  // the barriers are initialised before anyone waits on them
-    compute<T, D, C>(p, &k_map, &v_map, &o_map, smem, bars, w);
+    __syncthreads();
+
+    if (threadIdx.x < WARPGROUP) {
+        setmaxnreg_dec<C::PRODUCER_REGS>();
+        if (threadIdx.x == 0) produce<D, C>(&q_map, &k_map, &v_map, smem, bars, w);
+    } else {
+        setmaxnreg_inc<C::CONSUMER_REGS>();
+        consume<T, D, C>(p, &o_map, smem, bars, w);
+    }
 }
 
 // ---- launcher and ABI ----------------------------------------------------------------
@@ -640,11 +693,31 @@ static int launch_with(const fa2_params *p, int64_t, void *stream)
     return FA2_OK;
 }
 
+// A launch takes LargeGridConfig when the grid has more 128-row blocks than the
+// GPU has SMs (the two configurations differ at d64 only).
+template <int D>
+static bool grid_is_large(const fa2_params *p, int sm_count)
+{
+    return grid_blocks(p, SmallGridConfig<D>::BLOCK_M) > sm_count;
+}
+
+// The shared memory a launch requests: launch_with's L::BYTES, of the configuration it takes.
+template <int D>
+static int smem_bytes(const fa2_params *p, int sm_count)
+{
+    return grid_is_large<D>(p, sm_count) ? SmemLayout<D, LargeGridConfig<D>>::BYTES : SmemLayout<D, SmallGridConfig<D>>::BYTES;
+}
+
 template <typename T, int D>
 static int launch(const fa2_params *p, void *stream)
 {
-    // One launch, or one per chunk of at most 65,535 batches and heads (the grid's y and z).
-    return fa2_for_each_grid_chunk(p, launch_with<T, D, Config<D>>, stream);
+    fa2_limits l;
+    char why[256];
+    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    // The configuration from the whole grid; then one launch, or one per chunk of at most
+    // 65,535 batches and heads (the grid's y and z).
+    return fa2_for_each_grid_chunk(p, grid_is_large<D>(p, l.sm_count) ? launch_with<T, D, LargeGridConfig<D>> : launch_with<T, D, SmallGridConfig<D>>,
+                                   stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -664,7 +737,8 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
             if (why) snprintf(why, why_len, "stride %lld (allowed: under 2^39 elements, 2^40 bytes, for TMA tensor maps)", (long long)strides[i]);
             return 0;
         }
-    static_assert(Config<64>::BLOCK_M == Config<128>::BLOCK_M, "both head dims' blocks cover the same query rows: one grid size serves both");
+    // A grid of more blocks than a GPU has SMs takes LargeGridConfig, so its blocks are
+    // the ones that could pass the limit.
     // Last, the device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
     // nothing can launch, and the harness says so itself.
     fa2_limits l;
@@ -676,29 +750,47 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     if (found == FA2_LIMITS_NO_GPU) return 1;
     if (l.cc_major != 9 || l.cc_minor != 0) {
-        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma exists only in sm_90a, the Hopper target this step is built for)", l.cc_major, l.cc_minor);
+        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma and setmaxnreg exist only in sm_90a, the Hopper target this step is built for)", l.cc_major, l.cc_minor);
         return 0;
     }
-    // The block's tiles and barriers must fit the shared memory one block may have.
+    // The configuration the launch takes must fit the shared memory one block may have.
     char what[32];
     snprintf(what, sizeof what, "head_dim %d", p->head_dim);
-    return fa2_limits_check_smem(fa2_config_smem(p, 0), what, why, why_len);
+    return fa2_limits_check_smem(p->head_dim == 64 ? smem_bytes<64>(p, l.sm_count) : smem_bytes<128>(p, l.sm_count), what, why, why_len);
 }
 
-extern "C" int fa2_config_count(void) { return 1; }
+// The configurations, numbered by their consumer warpgroups: 0 for two, 1 for three.
+static_assert(SmallGridConfig<64>::CONSUMERS == 2 && SmallGridConfig<128>::CONSUMERS == 2 &&
+                  LargeGridConfig<64>::CONSUMERS == 3 && LargeGridConfig<128>::CONSUMERS == 2,
+              "fa2_config numbers the configurations by their consumer count, 2 or 3");
+extern "C" int fa2_config_count(void) { return 2; }
 
 extern "C" int fa2_config_smem(const fa2_params *p, int config)
 {
-    if (config != 0) return -1;
-    return p->head_dim == 64 ? (int)SmemLayout<64, Config<64>>::BYTES : (int)SmemLayout<128, Config<128>>::BYTES;
+    const bool d64 = p->head_dim == 64;
+    switch (config) {
+    case 0: return d64 ? (int)SmemLayout<64, SmallGridConfig<64>>::BYTES : (int)SmemLayout<128, SmallGridConfig<128>>::BYTES;
+    case 1: return d64 ? (int)SmemLayout<64, LargeGridConfig<64>>::BYTES : -1;  // three consumers: at d64 only
+    default: return -1;
+    }
 }
 
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    snprintf(what, what_len, "%d warpgroups (%d query rows), %d keys per tile, %d stages: %lld blocks", Config<64>::WARPGROUPS,
-             Config<64>::BLOCK_M, Config<64>::BLOCK_N, Config<64>::STAGES, grid_blocks(p, Config<64>::BLOCK_M));
-    return 0;
+    fa2_limits l;
+    char reason[256];
+    if (fa2_limits_get(&l, reason, sizeof reason) != FA2_LIMITS_OK) {
+        snprintf(what, what_len, "%s: the choice depends on its SM count", reason);
+        return -1;
+    }
+    const bool large = p->head_dim == 64 ? grid_is_large<64>(p, l.sm_count) : grid_is_large<128>(p, l.sm_count);
+    const long long blocks = grid_blocks(p, SmallGridConfig<64>::BLOCK_M);
+    const int consumers = p->head_dim == 64 ? (large ? LargeGridConfig<64>::CONSUMERS : SmallGridConfig<64>::CONSUMERS)
+                                            : (large ? LargeGridConfig<128>::CONSUMERS : SmallGridConfig<128>::CONSUMERS);
+    snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row blocks %s %d SMs",
+             consumers, consumers * WG_M, SmallGridConfig<64>::BLOCK_N, blocks, large ? ">" : "<=", l.sm_count);
+    return consumers - 2;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
@@ -709,8 +801,8 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
     return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
 }
 
-extern "C" const char *fa2_name(void) { return "08_wgmma_tma"; }
-extern "C" const char *fa2_key_change(void) { return "Hopper: wgmma from shared memory and TMA copies on mbarriers, in the same warps, in order"; }
+extern "C" const char *fa2_name(void) { return "10_warp_specialized"; }
+extern "C" const char *fa2_key_change(void) { return "a producer warpgroup issues the copies; consumer warpgroups compute, taking turns at the tensor cores"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
 

@@ -1,22 +1,34 @@
-/* Step 10 - the softmax under the MMA, inside a consumer warpgroup.
+/* Step 09 - wgmma and TMA: the tuned algorithm on Hopper's machinery.
  *
- * One change from step 09: a consumer no longer waits for S_n, runs its
- * softmax, and only then multiplies P_n V_n with the tensor cores idle on its
- * behalf. It issues S_n = Q K_n^T and O += P_{n-1} V_{n-1} back to back, waits
- * for S_n alone (wgmma.wait_group 1: one group may still run), and runs the
- * softmax of S_n while P_{n-1} V_{n-1} is still on the tensor cores; only then
- * does it wait for that product, rescale O if the max grew, and turn S_n into
- * P_n. The loop is skewed by one tile: S_0 alone first, P_{last} V_{last} alone
- * last, and each turn at the tensor cores carries two products instead of one.
+ * Steps 01-07 use only instructions every GPU since Ampere has. From here on the
+ * steps are for one GPU family, Hopper (sm_90a), and this one moves step 07's
+ * algorithm (128-row blocks, the online softmax with a lazy rescale, causal
+ * blocks longest first, the staged epilogue) onto Hopper's own instructions and
+ * changes nothing else: the same warps load, multiply and run the softmax, in
+ * order (docs/09_wgmma.md).
  *
- * The register budget: a consumer now holds S_n (BLOCK_N / 2 = 64 fp32 per
- * thread) and P_{n-1} (BLOCK_N / 4 = 32 registers of two 16-bit values) at once,
- * next to O (D / 2: 64 at d128, 32 at d64): 160 registers at d128 before any
- * temporaries, within the 240 that setmaxnreg gives each of two consumers
- * ((24 + 2 x 240) x 128 threads = 64,512 of the SM's 65,536 registers, the
- * producer keeping 24), and 128 at d64 within the 160 of three consumers
- * ((24 + 3 x 160) x 128 = 64,512). ptxas reports no spills (make step=10 info).
- * Everything else is step 09's (docs/10_intra_warpgroup_overlap.md).
+ * 1. wgmma (warpgroup MMA). Four warps issue one m64nNk16 together; B, and for
+ *    Q K^T also A, are read straight from shared memory through 64-bit matrix
+ *    descriptors, so no ldmatrix and no fragment registers for Q, K or V. P V
+ *    takes P from registers: an S accumulator is already P's A fragment. The
+ *    instruction is asynchronous; this step waits for each product right after
+ *    issuing it (wgmma.wait_group 0). mma.sync held its warp for the whole
+ *    product (6 cycles of stall per HMMA in step 07).
+ * 2. TMA (cp.async.bulk.tensor): one thread moves a whole [rows][64] slab with
+ *    one instruction, described by a tensor map built on the host, already
+ *    128-byte swizzled the way wgmma reads it. Rows past seqlen come back as
+ *    zeros and stores past seqlen are dropped by the copy engine, so there are
+ *    no tail checks in the copies.
+ * 3. mbarriers: the elected thread raises an mbarrier's expected transaction
+ *    count by a tile's bytes and the TMA copy counts it down as they land; every
+ *    warp waits on the barrier's phase bit before it reads the tile.
+ * 4. STAGES shared-memory stages for K and V: thread 0 issues the copies of tile
+ *    n + STAGES as soon as the whole block is done with tile n (one barrier per
+ *    tile), so the copies run STAGES - 1 tiles ahead of the products.
+ * 5. Two warpgroups per block, 64 query rows each (BLOCK_M = 128, as step 07);
+ *    128 keys per tile (step 07: 64, or 128 on small grids).
+ * 6. The epilogue writes O, normalised, into each warpgroup's own Q slab (the
+ *    same swizzle) and one thread stores it with a TMA store.
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
@@ -43,45 +55,31 @@ constexpr int SLAB_COLS = SWIZZLE_BYTES / 2;  // 64 elements: a 128B-swizzled bo
                                               // tile is stored as D / 64 slabs [rows][64]
 constexpr int SWIZZLE_ATOM = 8 * SWIZZLE_BYTES;  // 1024 bytes: 8 rows, the unit every slab must be aligned to
 
-template <int D, int CONSUMERS_>
+template <int D>
 struct Config {
-    static constexpr int CONSUMERS = CONSUMERS_;  // consumer warpgroups, WG_M query rows each
-    static constexpr int BLOCK_M = CONSUMERS * WG_M;
+    static constexpr int WARPGROUPS = 2;  // warpgroups per block, WG_M query rows each
+    static constexpr int BLOCK_M = WARPGROUPS * WG_M;
     static constexpr int BLOCK_N = 128;  // keys per tile: the n of Q K^T's wgmma
     static constexpr int STAGES = 2;     // shared-memory buffers for each of K and V
-    static constexpr int THREADS = (CONSUMERS + 1) * WARPGROUP;
-    // setmaxnreg: the producer needs a few registers for addresses and loop counters;
-    // a consumer holds S (BLOCK_N / 2 per thread), O (D / 2) and P (BLOCK_N / 4), 160
-    // at d128 and 128 at d64, plus its softmax temporaries.
-    static constexpr int PRODUCER_REGS = 24, CONSUMER_REGS = CONSUMERS == 2 ? 240 : 160;
-    static_assert((PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) * WARPGROUP <= 65536,
-                  "the warpgroups' register budgets must fit in the SM's 64K registers");
+    static constexpr int THREADS = WARPGROUPS * WARPGROUP;
     static_assert(D % SLAB_COLS == 0, "the head dim is loaded as 64-column slabs, one 128-byte swizzle span each");
     static_assert(BLOCK_N % WG_K == 0 && BLOCK_N % 8 == 0 && BLOCK_N <= 256,
                   "BLOCK_N is the n of one wgmma (a multiple of 8, at most 256) and P V consumes it 16 keys at a time");
-    static_assert(STAGES >= 2, "the copy of tile n + 1 needs its own buffer while tile n is read");
+    static_assert(STAGES >= 2, "the copy of tile n + STAGES is issued while tile n + 1 is read");
 };
-// Two consumers (128 query rows per block) everywhere, except d64 on grids with more
-// 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
-// choice for d64) was measured 5-15% faster, and on a smaller grid 0.87x the throughput
-// (fewer, larger blocks leave SMs idle). See docs/09_warp_specialized.md.
-template <int D>
-using SmallGridConfig = Config<D, 2>;
-template <int D>
-using LargeGridConfig = Config<D, D == 64 ? 3 : 2>;
 
 // Byte offsets into dynamic shared memory, from a 1024-byte aligned base.
 template <int D, typename C>
 struct SmemLayout {
-    static constexpr uint32_t Q_SLAB_BYTES = WG_M * SWIZZLE_BYTES;       // one 64-column slab of one consumer's Q
-    static constexpr uint32_t Q_WG_BYTES = WG_M * D * 2;                 // one consumer's Q, later its O
+    static constexpr uint32_t Q_SLAB_BYTES = WG_M * SWIZZLE_BYTES;       // one 64-column slab of one warpgroup's Q
+    static constexpr uint32_t Q_WG_BYTES = WG_M * D * 2;                 // one warpgroup's Q, later its O
     static constexpr uint32_t KV_SLAB_BYTES = C::BLOCK_N * SWIZZLE_BYTES;  // one 64-column slab of a K or V tile
     static constexpr uint32_t KV_STAGE_BYTES = C::BLOCK_N * D * 2;
-    static constexpr uint32_t Q = 0;                                   // [CONSUMERS][D / 64][WG_M][64]
-    static constexpr uint32_t K = Q + C::CONSUMERS * Q_WG_BYTES;       // [STAGES][D / 64][BLOCK_N][64]
+    static constexpr uint32_t Q = 0;                                   // [WARPGROUPS][D / 64][WG_M][64]
+    static constexpr uint32_t K = Q + C::WARPGROUPS * Q_WG_BYTES;      // [STAGES][D / 64][BLOCK_N][64]
     static constexpr uint32_t V = K + C::STAGES * KV_STAGE_BYTES;      // [STAGES][D / 64][BLOCK_N][64]
-    static constexpr uint32_t BARRIERS = V + C::STAGES * KV_STAGE_BYTES;  // q_full, then 4 per stage (see Barriers)
-    static constexpr uint32_t BYTES = BARRIERS + (1 + 4 * C::STAGES) * 8 + SWIZZLE_ATOM;  // + slack to align the base
+    static constexpr uint32_t BARRIERS = V + C::STAGES * KV_STAGE_BYTES;  // q_full, then 2 per stage (see Barriers)
+    static constexpr uint32_t BYTES = BARRIERS + (1 + 2 * C::STAGES) * 8 + SWIZZLE_ATOM;  // + slack to align the base
     static_assert(Q_SLAB_BYTES % SWIZZLE_ATOM == 0 && KV_SLAB_BYTES % SWIZZLE_ATOM == 0,
                   "every slab starts on a 1024-byte boundary: TMA's and wgmma's 128-byte swizzle is anchored there");
 };
@@ -105,11 +103,6 @@ __device__ __forceinline__ void fence_barrier_init() { asm volatile("fence.mbarr
 __device__ __forceinline__ void mbarrier_arrive_expect_tx(uint32_t bar, uint32_t bytes)
 {
     asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void mbarrier_arrive(uint32_t bar)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
 }
 
 // Returns once the phase with this parity has completed. try_wait suspends the
@@ -159,25 +152,13 @@ __device__ __forceinline__ void tma_store_commit_and_wait_read()
 // same bytes by the copy engine or the tensor cores (the async proxy).
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-// ---- PTX wrappers: named barriers, registers -------------------------------------
+// ---- PTX wrappers: named barriers ------------------------------------------------
 
-// bar.sync waits until `threads` threads have reached barrier `id` (with sync or
-// arrive); bar.arrive counts this thread without waiting.
+// bar.sync waits until `threads` threads have reached barrier `id`.
 __device__ __forceinline__ void named_barrier_sync(int id, int threads)
 {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
-__device__ __forceinline__ void named_barrier_arrive(int id, int threads)
-{
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
-}
-
-// Moves this warpgroup's per-thread register allocation to N (sm_90a): the
-// producer returns what the consumers take.
-template <int N>
-__device__ __forceinline__ void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N)); }
-template <int N>
-__device__ __forceinline__ void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N)); }
 
 // ---- PTX wrappers: wgmma ----------------------------------------------------------
 
@@ -334,68 +315,67 @@ struct Barriers {
     __device__ uint32_t q_full() const { return base; }                                      // Q has landed
     __device__ uint32_t k_full(int s) const { return base + 8 * (1 + s); }                   // K of stage s has landed
     __device__ uint32_t v_full(int s) const { return base + 8 * (1 + C::STAGES + s); }       // V of stage s has landed
-    __device__ uint32_t k_empty(int s) const { return base + 8 * (1 + 2 * C::STAGES + s); }  // every consumer warp is done with K of s
-    __device__ uint32_t v_empty(int s) const { return base + 8 * (1 + 3 * C::STAGES + s); }  // ... with V of s
 };
 
-// Named barrier ids (0 is __syncthreads): consumer c's turn at the tensor cores,
-// and consumer c's epilogue.
+// Named barrier ids (0 is __syncthreads): warpgroup c's epilogue.
 template <typename C>
 struct NamedBarrier {
-    static constexpr int TURN = 1, EPILOGUE = 1 + C::CONSUMERS;
-    static_assert(EPILOGUE + C::CONSUMERS <= 16, "an SM has 16 named barriers per block");
+    static constexpr int EPILOGUE = 1;
+    static_assert(EPILOGUE + C::WARPGROUPS <= 16, "an SM has 16 named barriers per block");
 };
 
-// ---- the producer: one thread issues every copy ------------------------------------------
+// ---- the copies: one thread issues them -------------------------------------------------
 
+// Q: each warpgroup's 64 rows as D / 64 slabs; one barrier for all of them.
 template <int D, typename C>
-__device__ __forceinline__ void produce(const CUtensorMap *q_map, const CUtensorMap *k_map, const CUtensorMap *v_map,
-                                        uint32_t smem, Barriers<C> bars, const BlockWork &w)
+__device__ __forceinline__ void load_q(const CUtensorMap *q_map, uint32_t smem, Barriers<C> bars, const BlockWork &w)
 {
     using L = SmemLayout<D, C>;
-    // Q: each consumer's 64 rows as D / 64 slabs; one barrier for all of them.
     mbarrier_arrive_expect_tx(bars.q_full(), C::BLOCK_M * D * 2);
 #pragma unroll
-    for (int c = 0; c < C::CONSUMERS; c++)
+    for (int c = 0; c < C::WARPGROUPS; c++)
 #pragma unroll
         for (int slab = 0; slab < D / SLAB_COLS; slab++)
             tma_load(smem + L::Q + c * L::Q_WG_BYTES + slab * L::Q_SLAB_BYTES, q_map, bars.q_full(), slab * SLAB_COLS,
                      w.m0 + c * WG_M, w.h, w.b);
-    // K and V tiles through the stages. Before refilling stage s the producer waits
-    // for the consumers to release the tile that was there, STAGES tiles back
-    // (empty phase n / STAGES - 1 of that stage).
-    auto load_tile = [&](uint32_t tile_smem, const CUtensorMap *map, uint32_t full, uint32_t empty, int n,
-                         uint32_t empty_parity) {
-        if (n >= C::STAGES) mbarrier_wait(empty, empty_parity);
-        mbarrier_arrive_expect_tx(full, L::KV_STAGE_BYTES);
+}
+
+// K and V of tile n into stage n % STAGES (its buffers must be free: the block is
+// done with the tile that was there), each on its own barrier.
+template <int D, typename C>
+__device__ __forceinline__ void load_kv(const CUtensorMap *k_map, const CUtensorMap *v_map, uint32_t smem, Barriers<C> bars,
+                                        const BlockWork &w, int n)
+{
+    using L = SmemLayout<D, C>;
+    const int stage = n % C::STAGES;
+    const uint32_t stage_off = stage * L::KV_STAGE_BYTES;
+    mbarrier_arrive_expect_tx(bars.k_full(stage), L::KV_STAGE_BYTES);
+    mbarrier_arrive_expect_tx(bars.v_full(stage), L::KV_STAGE_BYTES);
 #pragma unroll
-        for (int slab = 0; slab < D / SLAB_COLS; slab++)
-            tma_load(tile_smem + slab * L::KV_SLAB_BYTES, map, full, slab * SLAB_COLS, n * C::BLOCK_N, w.h_kv, w.b);
-    };
-    for (int n = 0; n < w.n_blocks; n++) {
-        const int stage = n % C::STAGES;
-        const uint32_t empty_parity = (n / C::STAGES + 1) & 1, stage_off = stage * L::KV_STAGE_BYTES;
-        load_tile(smem + L::K + stage_off, k_map, bars.k_full(stage), bars.k_empty(stage), n, empty_parity);
-        load_tile(smem + L::V + stage_off, v_map, bars.v_full(stage), bars.v_empty(stage), n, empty_parity);
+    for (int slab = 0; slab < D / SLAB_COLS; slab++) {
+        tma_load(smem + L::K + stage_off + slab * L::KV_SLAB_BYTES, k_map, bars.k_full(stage), slab * SLAB_COLS,
+                 n * C::BLOCK_N, w.h_kv, w.b);
+        tma_load(smem + L::V + stage_off + slab * L::KV_SLAB_BYTES, v_map, bars.v_full(stage), slab * SLAB_COLS,
+                 n * C::BLOCK_N, w.h_kv, w.b);
     }
 }
 
-// ---- a consumer: 64 query rows, the whole key loop, the epilogue ---------------------------
+// ---- a warpgroup: 64 query rows, the whole key loop, the epilogue ---------------------------
 
 template <typename T, int D, typename C>
-__device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *o_map, uint32_t smem, Barriers<C> bars,
-                                        const BlockWork &w)
+__device__ __forceinline__ void compute(const fa2_params &p, const CUtensorMap *k_map, const CUtensorMap *v_map,
+                                        const CUtensorMap *o_map, uint32_t smem, Barriers<C> bars, const BlockWork &w)
 {
     using L = SmemLayout<D, C>;
     using NB = NamedBarrier<C>;
-    constexpr int BLOCK_N = C::BLOCK_N, STAGES = C::STAGES, CONSUMERS = C::CONSUMERS;
-    const int c = threadIdx.x / WARPGROUP - 1;  // this consumer, 0 .. CONSUMERS - 1
+    constexpr int BLOCK_N = C::BLOCK_N, STAGES = C::STAGES;
+    const int c = threadIdx.x / WARPGROUP;  // this warpgroup, 0 .. WARPGROUPS - 1
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // accumulator coordinates: row group, thread in group
     const int row0 = w.m0 + c * WG_M + warp * 16 + g;  // this thread's rows: row0 and row0 + 8
     const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
 
-    const uint32_t q_wg = smem + L::Q + c * L::Q_WG_BYTES;  // this consumer's Q, [D / 64][WG_M][64]; O in the epilogue
+    const uint32_t q_wg = smem + L::Q + c * L::Q_WG_BYTES;  // this warpgroup's Q, [D / 64][WG_M][64]; O in the epilogue
     // Descriptors of the first k-step of Q, K stage 0 and V stage 0 (see smem_desc).
     const uint64_t q_desc = smem_desc(q_wg, 16, 8 * SWIZZLE_BYTES);
     const uint64_t k_desc = smem_desc(smem + L::K, 16, 8 * SWIZZLE_BYTES);
@@ -429,24 +409,9 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
             wgmma_rs<T, D>(o_acc, p_frag[j], desc_advance(v_desc, stage_off + j * WG_K * SWIZZLE_BYTES));
         wgmma_commit();
     };
-    // Each consumer warp releases a stage once its own wgmma reading it are done.
-    auto release = [&](uint32_t bar) {
-        if (lane == 0) mbarrier_arrive(bar);
-    };
-    // Turns at the tensor cores: consumer c issues its products only after consumer
-    // c - 1 has issued its own, so while one consumer is in its softmax the other's
-    // products run. Every consumer takes n_blocks + 1 turns; the last consumer hands
-    // the first turn out before the loop and keeps its own last one.
-    auto turn_begin = [&] {
-        named_barrier_sync(NB::TURN + c, 2 * WARPGROUP);
-    };
-    auto turn_end = [&](bool last) {
-        if (!(last && c == CONSUMERS - 1)) named_barrier_arrive(NB::TURN + (c + 1) % CONSUMERS, 2 * WARPGROUP);
-    };
-
     // The online softmax of S_n, in place: masks, updates the running max and sum,
     // and leaves P = exp2(S scale - m) in s_acc. Returns whether O must be rescaled
-    // by correction[] (that waits until the P V in flight has finished).
+    // by correction[] (the caller does it: no product is running then).
     auto softmax = [&](int n, float (&correction)[2]) {
         if (n >= w.first_masked) {
 #pragma unroll
@@ -504,72 +469,48 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     };
 
     mbarrier_wait(bars.q_full(), 0);  // also before the epilogue of a block with no key tile: O overwrites Q
-    if (w.n_blocks > 0) {
-        float correction[2];
-        if (c == CONSUMERS - 1) named_barrier_arrive(NB::TURN, 2 * WARPGROUP);
-        // Tile 0: S_0 alone.
-        mbarrier_wait(bars.k_full(0), 0);
-        turn_begin();
+    float correction[2];
+    for (int n = 0; n < w.n_blocks; n++) {
+        const int stage = n % STAGES;
+        const uint32_t parity = n / STAGES & 1;
+        // S_n = Q K_n^T, waited for at once; then its softmax.
+        mbarrier_wait(bars.k_full(stage), parity);
+        fence_registers(s_acc);
         wgmma_fence();
-        issue_qk(0);
-        turn_end(false);
+        issue_qk(n);
         wgmma_wait<0>();
         fence_registers(s_acc);
-        release(bars.k_empty(0));
-        softmax(0, correction);  // O is still zero: nothing to rescale
-        pack_p();
-        // Tile n: S_n and P_{n-1} V_{n-1} issued together; the softmax of S_n runs
-        // while P_{n-1} V_{n-1} is still on the tensor cores.
-        for (int n = 1; n < w.n_blocks; n++) {
-            mbarrier_wait(bars.k_full(n % STAGES), n / STAGES & 1);
-            mbarrier_wait(bars.v_full((n - 1) % STAGES), (n - 1) / STAGES & 1);
-            turn_begin();
-            fence_registers(s_acc);
-            fence_registers(o_acc);
-            wgmma_fence();
-            issue_qk(n);
-            issue_pv(n - 1);
-            turn_end(false);
-            wgmma_wait<1>();  // S_n is done; P_{n-1} V_{n-1} may still run
-            fence_registers(s_acc);
-            release(bars.k_empty(n % STAGES));
-            const bool rescale = softmax(n, correction);
-            wgmma_wait<0>();  // P_{n-1} V_{n-1} is done: O may change, p_frag may be rewritten
-            fence_registers(o_acc);
+        if (softmax(n, correction)) {
 #pragma unroll
-            for (int j = 0; j < BLOCK_N / WG_K; j++) fence_registers(p_frag[j]);
-            release(bars.v_empty((n - 1) % STAGES));
-            if (rescale) {
-#pragma unroll
-                for (int i = 0; i < D / 2; i++) o_acc[i] *= correction[i / 2 % 2];
-            }
-            pack_p();
+            for (int i = 0; i < D / 2; i++) o_acc[i] *= correction[i / 2 % 2];
         }
-        // The last P V.
-        const int last = w.n_blocks - 1;
-        mbarrier_wait(bars.v_full(last % STAGES), last / STAGES & 1);
-        turn_begin();
+        pack_p();
+        // O += P_n V_n, waited for at once.
+        mbarrier_wait(bars.v_full(stage), parity);
         fence_registers(o_acc);
         wgmma_fence();
-        issue_pv(last);
-        turn_end(true);
+        issue_pv(n);
         wgmma_wait<0>();
         fence_registers(o_acc);
-        release(bars.v_empty(last % STAGES));
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / WG_K; j++) fence_registers(p_frag[j]);
+        // Every warp of the block is done with stage `stage`: tile n + STAGES takes its place.
+        __syncthreads();
+        if (threadIdx.x == 0 && n + STAGES < w.n_blocks) load_kv<D, C>(k_map, v_map, smem, bars, w, n + STAGES);
     }
 
     // Epilogue: finish the row sums across the quad, normalise, write O as 16-bit
-    // pairs into this consumer's Q slabs in the 128-byte swizzle the O tensor map
+    // pairs into this warpgroup's Q slabs in the 128-byte swizzle the O tensor map
     // expects (16-byte chunk XOR row % 8: a store instruction's 8 rows land in 8
     // different chunks, no bank conflict), then one thread stores the slabs with TMA.
-    // Every warp of the consumer must be done reading Q (its wgmma waited) first.
+    // Every warp of the warpgroup must be done reading Q (its wgmma waited) first.
     named_barrier_sync(NB::EPILOGUE + c, WARPGROUP);
 #pragma unroll
     for (int r = 0; r < 2; r++) {
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
         l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
         const float inv_l = l_run[r] != 0.0f ? 1.0f / l_run[r] : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
-        const int row = warp * 16 + g + 8 * r;                          // within the consumer's 64 rows
+        const int row = warp * 16 + g + 8 * r;                          // within the warpgroup's 64 rows
 #pragma unroll
         for (int dt = 0; dt < D / 8; dt++) {
             const int col = 8 * dt + 2 * t;
@@ -619,24 +560,18 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if (p.causal) w.first_masked = min(w.first_masked, max(0, (w.m0 + w.shift + 1) / C::BLOCK_N));
 
     if (threadIdx.x == 0) {
-        mbarrier_init(bars.q_full(), 1);  // the producer's arrive.expect_tx; the bytes do the rest
+        mbarrier_init(bars.q_full(), 1);  // thread 0's arrive.expect_tx; the bytes do the rest
         for (int s = 0; s < C::STAGES; s++) {
             mbarrier_init(bars.k_full(s), 1);
             mbarrier_init(bars.v_full(s), 1);
-            mbarrier_init(bars.k_empty(s), C::CONSUMERS * 4);  // one arrival per consumer warp
-            mbarrier_init(bars.v_empty(s), C::CONSUMERS * 4);
         }
         fence_barrier_init();
+        // The prologue: Q, and the first STAGES key tiles.
+        load_q<D, C>(&q_map, smem, bars, w);
+        for (int n = 0; n < C::STAGES && n < w.n_blocks; n++) load_kv<D, C>(&k_map, &v_map, smem, bars, w, n);
     }
-    __syncthreads();
-
-    if (threadIdx.x < WARPGROUP) {
-        setmaxnreg_dec<C::PRODUCER_REGS>();
-        if (threadIdx.x == 0) produce<D, C>(&q_map, &k_map, &v_map, smem, bars, w);
-    } else {
-        setmaxnreg_inc<C::CONSUMER_REGS>();
-        consume<T, D, C>(p, &o_map, smem, bars, w);
-    }
+    __syncthreads();  // the barriers are initialised before anyone waits on them
+    compute<T, D, C>(p, &k_map, &v_map, &o_map, smem, bars, w);
 }
 
 // ---- launcher and ABI ----------------------------------------------------------------
@@ -705,31 +640,11 @@ static int launch_with(const fa2_params *p, int64_t, void *stream)
     return FA2_OK;
 }
 
-// A launch takes LargeGridConfig when the grid has more 128-row blocks than the
-// GPU has SMs (the two configurations differ at d64 only).
-template <int D>
-static bool grid_is_large(const fa2_params *p, int sm_count)
-{
-    return grid_blocks(p, SmallGridConfig<D>::BLOCK_M) > sm_count;
-}
-
-// The shared memory a launch requests: launch_with's L::BYTES, of the configuration it takes.
-template <int D>
-static int smem_bytes(const fa2_params *p, int sm_count)
-{
-    return grid_is_large<D>(p, sm_count) ? SmemLayout<D, LargeGridConfig<D>>::BYTES : SmemLayout<D, SmallGridConfig<D>>::BYTES;
-}
-
 template <typename T, int D>
 static int launch(const fa2_params *p, void *stream)
 {
-    fa2_limits l;
-    char why[256];
-    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
-    // The configuration from the whole grid; then one launch, or one per chunk of at most
-    // 65,535 batches and heads (the grid's y and z).
-    return fa2_for_each_grid_chunk(p, grid_is_large<D>(p, l.sm_count) ? launch_with<T, D, LargeGridConfig<D>> : launch_with<T, D, SmallGridConfig<D>>,
-                                   stream);
+    // One launch, or one per chunk of at most 65,535 batches and heads (the grid's y and z).
+    return fa2_for_each_grid_chunk(p, launch_with<T, D, Config<D>>, stream);
 }
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
@@ -749,8 +664,7 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
             if (why) snprintf(why, why_len, "stride %lld (allowed: under 2^39 elements, 2^40 bytes, for TMA tensor maps)", (long long)strides[i]);
             return 0;
         }
-    // A grid of more blocks than a GPU has SMs takes LargeGridConfig, so its blocks are
-    // the ones that could pass the limit.
+    static_assert(Config<64>::BLOCK_M == Config<128>::BLOCK_M, "both head dims' blocks cover the same query rows: one grid size serves both");
     // Last, the device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
     // nothing can launch, and the harness says so itself.
     fa2_limits l;
@@ -762,47 +676,29 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     }
     if (found == FA2_LIMITS_NO_GPU) return 1;
     if (l.cc_major != 9 || l.cc_minor != 0) {
-        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma and setmaxnreg exist only in sm_90a, the Hopper target this step is built for)", l.cc_major, l.cc_minor);
+        if (why) snprintf(why, why_len, "GPU compute capability %d.%d (allowed: 9.0; wgmma exists only in sm_90a, the Hopper target this step is built for)", l.cc_major, l.cc_minor);
         return 0;
     }
-    // The configuration the launch takes must fit the shared memory one block may have.
+    // The block's tiles and barriers must fit the shared memory one block may have.
     char what[32];
     snprintf(what, sizeof what, "head_dim %d", p->head_dim);
-    return fa2_limits_check_smem(p->head_dim == 64 ? smem_bytes<64>(p, l.sm_count) : smem_bytes<128>(p, l.sm_count), what, why, why_len);
+    return fa2_limits_check_smem(fa2_config_smem(p, 0), what, why, why_len);
 }
 
-// The configurations, numbered by their consumer warpgroups: 0 for two, 1 for three.
-static_assert(SmallGridConfig<64>::CONSUMERS == 2 && SmallGridConfig<128>::CONSUMERS == 2 &&
-                  LargeGridConfig<64>::CONSUMERS == 3 && LargeGridConfig<128>::CONSUMERS == 2,
-              "fa2_config numbers the configurations by their consumer count, 2 or 3");
-extern "C" int fa2_config_count(void) { return 2; }
+extern "C" int fa2_config_count(void) { return 1; }
 
 extern "C" int fa2_config_smem(const fa2_params *p, int config)
 {
-    const bool d64 = p->head_dim == 64;
-    switch (config) {
-    case 0: return d64 ? (int)SmemLayout<64, SmallGridConfig<64>>::BYTES : (int)SmemLayout<128, SmallGridConfig<128>>::BYTES;
-    case 1: return d64 ? (int)SmemLayout<64, LargeGridConfig<64>>::BYTES : -1;  // three consumers: at d64 only
-    default: return -1;
-    }
+    if (config != 0) return -1;
+    return p->head_dim == 64 ? (int)SmemLayout<64, Config<64>>::BYTES : (int)SmemLayout<128, Config<128>>::BYTES;
 }
 
 extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
 {
     if (!fa2_supports(p, what, what_len)) return -1;
-    fa2_limits l;
-    char reason[256];
-    if (fa2_limits_get(&l, reason, sizeof reason) != FA2_LIMITS_OK) {
-        snprintf(what, what_len, "%s: the choice depends on its SM count", reason);
-        return -1;
-    }
-    const bool large = p->head_dim == 64 ? grid_is_large<64>(p, l.sm_count) : grid_is_large<128>(p, l.sm_count);
-    const long long blocks = grid_blocks(p, SmallGridConfig<64>::BLOCK_M);
-    const int consumers = p->head_dim == 64 ? (large ? LargeGridConfig<64>::CONSUMERS : SmallGridConfig<64>::CONSUMERS)
-                                            : (large ? LargeGridConfig<128>::CONSUMERS : SmallGridConfig<128>::CONSUMERS);
-    snprintf(what, what_len, "%d consumer warpgroups (%d query rows), %d keys per tile: %lld 128-row blocks %s %d SMs",
-             consumers, consumers * WG_M, SmallGridConfig<64>::BLOCK_N, blocks, large ? ">" : "<=", l.sm_count);
-    return consumers - 2;
+    snprintf(what, what_len, "%d warpgroups (%d query rows), %d keys per tile, %d stages: %lld blocks", Config<64>::WARPGROUPS,
+             Config<64>::BLOCK_M, Config<64>::BLOCK_N, Config<64>::STAGES, grid_blocks(p, Config<64>::BLOCK_M));
+    return 0;
 }
 
 extern "C" int fa2_forward(const fa2_params *p, void *stream)
@@ -813,8 +709,8 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
     return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
 }
 
-extern "C" const char *fa2_name(void) { return "10_intra_warpgroup_overlap"; }
-extern "C" const char *fa2_key_change(void) { return "the softmax of S_n runs while P_{n-1} V_{n-1} is on the tensor cores"; }
+extern "C" const char *fa2_name(void) { return "09_wgmma"; }
+extern "C" const char *fa2_key_change(void) { return "Hopper: wgmma from shared memory and TMA copies on mbarriers, in the same warps, in order"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
 

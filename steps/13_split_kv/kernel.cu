@@ -1,6 +1,6 @@
-/* Step 12 - split-KV decode: the keys of one head cut over many blocks.
+/* Step 13 - split-KV decode: the keys of one head cut over many blocks.
  *
- * Base: step 07 (07_tuned), the portable kernel; `make step=12 diff` shows what
+ * Base: step 07 (07_tuned), the portable kernel; `make step=13 diff` shows what
  * changed against it. Runs on every GPU since Ampere, as step 07 does.
  *
  * At decode seqlen_q is 1 (or a few tokens of speculative decoding) and seqlen_k
@@ -9,7 +9,7 @@
  * 127 rows of padding per row (at B8 Hq32 Nk8192 d128, 137 GFLOP for 1); each
  * block streams a whole head's K and V alone, and with GQA four of them stream
  * the same K/V head; at B1 there are 32 blocks for the GPU's SMs. The work is
- * reading K and V once (docs/12_split_kv.md counts blocks, waves and bytes per
+ * reading K and V once (docs/13_split_kv.md counts blocks, waves and bytes per
  * block). This step changes the grid:
  *
  * 1. Pack a GQA group's query heads, and the few query rows, into the rows of one
@@ -831,7 +831,7 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
     return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
 }
 
-extern "C" const char *fa2_name(void) { return "12_split_kv"; }
+extern "C" const char *fa2_name(void) { return "13_split_kv"; }
 extern "C" const char *fa2_key_change(void) { return "split-KV decode: a GQA group's heads packed as rows, keys split over blocks and warps, merged by LSE"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 
