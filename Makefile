@@ -26,7 +26,14 @@ NVCCFLAGS  := $(NVCC_OPTS) $(GENCODE)
 # `make portable-steps` the others, built for ARCH.)
 HOPPER_STEPS   := 09 10 11 12
 GENCODE_HOPPER := -gencode arch=compute_90a,code=sm_90a
-step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(GENCODE))
+# The TMA steps need compute capability 9.0 or newer (TMA copies, mbarrier transaction
+# counts), not sm_90a: SASS for sm_90 and for any newer ARCH given (ARCH=120: an RTX 50xx),
+# and the PTX of compute_90, which the driver compiles for any newer GPU. On an 8.x GPU they
+# refuse to run, in one line. (`make tma-steps` lists them.)
+TMA_STEPS      := 08
+GENCODE_TMA    := -gencode arch=compute_90,code=sm_90 $(foreach a,$(filter-out 80 86 87 89 90,$(ARCHS)),-gencode arch=compute_$(a),code=sm_$(a)) \
+                  -gencode arch=compute_90,code=compute_90
+step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(if $(filter $(1),$(TMA_STEPS)),$(GENCODE_TMA),$(GENCODE)))
 CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm
 # An object compiled for one ARCH is not reused under another: the objects that nvcc builds
 # with $(NVCCFLAGS) (not the Hopper steps', always sm_90a) depend on a stamp file named
@@ -38,7 +45,7 @@ $(NVCC_STAMP):
 STEP_DIRS  := $(sort $(wildcard steps/[0-9][0-9]_*))
 STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
 GPU_IDS    := $(filter-out 00,$(STEP_IDS))
-PORTABLE_IDS := $(filter-out $(HOPPER_STEPS),$(GPU_IDS))
+PORTABLE_IDS := $(filter-out $(HOPPER_STEPS) $(TMA_STEPS),$(GPU_IDS))
 
 HARNESS    := cli data reference reference_backward check buffers device util validate device_limits
 # What a GPU step's shared library links besides its kernel: the ABI's shared checks
@@ -49,7 +56,7 @@ HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 step       ?=
 STEP_DIR    = $(wildcard steps/$(step)_*)
 
-.PHONY: help all run diff info profile sanitize test clean check-step harness variant hopper-steps portable-steps
+.PHONY: help all run diff info profile sanitize test clean check-step harness variant hopper-steps portable-steps tma-steps
 .DEFAULT_GOAL := help
 
 help:
@@ -66,7 +73,7 @@ help:
 	@echo "make test                     CPU tests, every step's build, and the GPU matrix on a GPU"
 	@echo "make clean                    remove build/"
 	@echo "steps: $(notdir $(STEP_DIRS))"
-	@echo "ARCH: $(ARCHS), PTX for compute_$(ARCH_PTX) (override: ARCH=90, ARCH=120...; steps $(HOPPER_STEPS): sm_90a only)"
+	@echo "ARCH: $(ARCHS), PTX for compute_$(ARCH_PTX) (override: ARCH=90, ARCH=120...; steps $(HOPPER_STEPS): sm_90a only; step $(TMA_STEPS): sm_90 and newer)"
 	@echo "FA2_EMULATE=PRESET make ...  every decision from another GPU's published limits (build/step00/fa2 --help lists them; ARGS=--plan shows a step's choice)"
 
 all: $(foreach i,$(STEP_IDS),$(BUILD)/step$(i)/fa2 $(BUILD)/step$(i)/libfa2.so) test-programs reference-programs
@@ -77,6 +84,9 @@ hopper-steps:
 # the GPU steps built for ARCH (tests/run.sh builds them for another ARCH too)
 portable-steps:
 	@echo $(PORTABLE_IDS)
+
+tma-steps:
+	@echo $(TMA_STEPS)
 
 check-step:
 	@if [ -z "$(step)" ] || [ -z "$(STEP_DIR)" ]; then \

@@ -246,6 +246,16 @@ static inline int smem_byte_offset(int row, int col, int dim, int swizzled)
     return row * dim * ELEM_BYTES + physical * CHUNK_BYTES + (col % CHUNK_ELEMS) * ELEM_BYTES;
 }
 
+/* TMA's 128-byte swizzle (CU_TENSOR_MAP_SWIZZLE_128B; step 08 on): a box row is at most
+ * 128 bytes, so a [rows][D] tile arrives as D / 64 slabs [rows][64], one after the other,
+ * and inside each slab the copy engine applies step 03's swizzle to 128-byte rows (the
+ * slabs start on 1024-byte boundaries, where the XOR pattern is anchored). */
+enum { TMA_SLAB_ROW_BYTES = 128, TMA_SLAB_ELEMS = TMA_SLAB_ROW_BYTES / ELEM_BYTES };
+static inline int tma_byte_offset(int row, int col, int rows)
+{
+    return col / TMA_SLAB_ELEMS * rows * TMA_SLAB_ROW_BYTES + smem_byte_offset(row, col % TMA_SLAB_ELEMS, TMA_SLAB_ELEMS, 1);
+}
+
 static inline int smem_bank(int byte_offset) { return byte_offset / BANK_BYTES % BANKS; }
 
 /* ---- global -> shared copy (cp.async, 16 bytes per thread per iteration) ---- */

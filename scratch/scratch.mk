@@ -15,11 +15,15 @@ GENCODE ?= -gencode arch=compute_80,code=sm_80 -gencode arch=compute_80,code=com
 # wgmma exists only in the Hopper target sm_90a, whose code runs on compute capability 9.0 alone
 # (the top Makefile defines it; this default serves the standalone use).
 GENCODE_HOPPER ?= -gencode arch=compute_90a,code=sm_90a
+# TMA exists from compute capability 9.0 on: sm_90 and the PTX of compute_90 (the top
+# Makefile's GENCODE_TMA adds any newer ARCH).
+GENCODE_TMA ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 
 SCRATCH_NAMES        := mma_fragments wgmma_fragments ldmatrix swizzle bank_conflicts copy_layout quad_shuffle
 SCRATCH_PROGRAMS     := $(SCRATCH_NAMES:%=$(BUILD)/scratch/%)
 SCRATCH_VERIFY       := $(BUILD)/scratch/verify
 SCRATCH_VERIFY_WGMMA := $(BUILD)/scratch/verify_wgmma
+SCRATCH_VERIFY_TMA   := $(BUILD)/scratch/verify_tma
 SCRATCH_HEADERS      := scratch/layouts.h scratch/tool.h
 
 name ?=
@@ -38,17 +42,21 @@ $(SCRATCH_VERIFY_WGMMA): scratch/verify_wgmma.cu $(SCRATCH_HEADERS)
 	@mkdir -p $(dir $@)
 	$(NVCC) -O2 -std=c++17 $(GENCODE_HOPPER) -Xcompiler -Wall $< -o $@
 
+$(SCRATCH_VERIFY_TMA): scratch/verify_tma.cu $(SCRATCH_HEADERS)
+	@mkdir -p $(dir $@)
+	$(NVCC) -O2 -std=c++17 $(GENCODE_TMA) -Xcompiler -Wall $< -o $@
+
 scratch-build: $(SCRATCH_PROGRAMS)
 
 scratch-names:
 	@echo $(SCRATCH_NAMES)
 
-scratch: $(if $(filter verify,$(name)),$(SCRATCH_VERIFY),$(if $(filter verify_wgmma,$(name)),$(SCRATCH_VERIFY_WGMMA),$(SCRATCH_PROGRAMS)))
+scratch: $(if $(filter verify,$(name)),$(SCRATCH_VERIFY),$(if $(filter verify_wgmma,$(name)),$(SCRATCH_VERIFY_WGMMA),$(if $(filter verify_tma,$(name)),$(SCRATCH_VERIFY_TMA),$(SCRATCH_PROGRAMS))))
 	@if [ -z "$(name)" ]; then \
 	  for p in $(SCRATCH_NAMES); do echo "== $$p"; $(BUILD)/scratch/$$p || exit 1; echo; done; \
 	else \
-	  case " $(SCRATCH_NAMES) verify verify_wgmma " in *" $(name) "*) ;; \
-	  *) echo "error: name='$(name)' is not allowed (allowed: $(SCRATCH_NAMES) verify verify_wgmma)"; exit 2;; esac; \
+	  case " $(SCRATCH_NAMES) verify verify_wgmma verify_tma " in *" $(name) "*) ;; \
+	  *) echo "error: name='$(name)' is not allowed (allowed: $(SCRATCH_NAMES) verify verify_wgmma verify_tma)"; exit 2;; esac; \
 	  $(BUILD)/scratch/$(name) $(ARGS); \
 	fi
 

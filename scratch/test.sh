@@ -92,7 +92,7 @@ expect_refusal "$bin/wgmma_fragments" --n 64 --cols 128
 
 # The GPU verifiers: they must build wherever nvcc is; they run only where a GPU answers
 # (verify_wgmma prints one SKIP line on a GPU other than compute capability 9.0).
-for name in verify verify_wgmma; do
+for name in verify verify_wgmma verify_tma; do
   if verify_log=$("${scratch_make[@]}" "$bin/$name" 2>&1); then
     result PASS "build scratch GPU verifier ($bin/$name)"
     if nvidia-smi -L >/dev/null 2>&1; then

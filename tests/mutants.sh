@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
-# tuned kernel, or 13, the split-KV decode kernel) with one planted bug (named in its
-# fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
+# tuned kernel; 08, its loads on TMA; or 13, the split-KV decode kernel) with one planted
+# bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
 # process of its own (a mutant that writes far out of bounds ends its process with an
 # illegal address: it must not end the others' runs too), three at a time, and each must
 # draw at least one FAIL line. With --against COMMIT, the matrix of that commit runs on
@@ -18,6 +18,8 @@ mutants=(
   "07|small_grid_never|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else if (false) c.config = SMALL_GRID;"
   "07|oversized_for_99kb|else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;|else if (true) c.config = SMALL_GRID;"
   "07|heads_as_batch|h = blockIdx.y, b = blockIdx.z|h = blockIdx.z % p.heads_q, b = blockIdx.y % p.batch"
+  "08|slab_as_row_half|kk / 4 * L::Q_SLAB_BYTES|kk / 4 * 128"
+  "08|no_swizzle_in_map|CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B|CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
   "13|combine_unnormalised|exp2_approx((weight[s] - lse) * LOG2E)|exp2_approx((weight[s] - shift) * LOG2E)"
   "13|warps_unweighted|weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));|weight[w] = m_merge[w][row] == -INFINITY ? 0.0f : 1.0f;"
   "13|splits_overlap|tile_hi = min(n_tiles, tile_lo + tiles_per_split)|tile_hi = min(n_tiles, tile_lo + tiles_per_split + 1)"

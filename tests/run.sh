@@ -131,8 +131,8 @@ done
 # The portable steps (all but the Makefile's HOPPER_STEPS) for one GPU family the default
 # build has no SASS for: consumer Blackwell, sm_120, in a build dir of its own. One ARCH
 # only, to keep CI's two cores within their time; ARCH=100 and 121 build the same way.
-echo "== build the portable steps for ARCH=120 (SASS sm_120 + PTX compute_120)"
-portable_ids=$(make -s --no-print-directory portable-steps)
+echo "== build the portable steps for ARCH=120 (SASS sm_120 + PTX compute_120), and the TMA steps"
+portable_ids="$(make -s --no-print-directory portable-steps) $(make -s --no-print-directory tma-steps)"
 test_nvcc=${NVCC:-${CUDA:-/usr/local/cuda}/bin/nvcc}
 if "$test_nvcc" --list-gpu-arch 2>/dev/null | grep -qx compute_120; then
   arch120_targets=()
@@ -186,6 +186,9 @@ echo "== GPU matrix"
 # capability 9.0, and elsewhere refuse every shape, in one line, with exit code 2.
 declare -A needs_cc=()
 for id in $(make -s --no-print-directory hopper-steps); do needs_cc[$id]=9.0; done
+# The TMA steps (the Makefile's TMA_STEPS) need compute capability 9.0 or newer.
+declare -A tma_step=()
+for id in $(make -s --no-print-directory tma-steps); do tma_step[$id]=1; done
 if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
   gpu_cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -n 1 | tr -d ' ')
   matrix_libs=()
@@ -193,6 +196,9 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
     id=$(basename "$(dirname "$lib")" | cut -c5-6)
     if [[ $lib == build/step* ]] && [ -n "${needs_cc[$id]:-}" ] && [ "${needs_cc[$id]}" != "$gpu_cc" ]; then
       result SKIP "step $id GPU matrix, harness runs and sanitizer" "built for compute capability ${needs_cc[$id]} only, this GPU is $gpu_cc"
+      expect_error 2 "step $id refuses this GPU" "build/step$id/fa2"
+    elif [[ $lib == build/step* ]] && [ -n "${tma_step[$id]:-}" ] && [ "${gpu_cc%%.*}" -lt 9 ]; then
+      result SKIP "step $id GPU matrix, harness runs and sanitizer" "TMA needs compute capability 9.0 or newer, this GPU is $gpu_cc"
       expect_error 2 "step $id refuses this GPU" "build/step$id/fa2"
     else
       matrix_libs+=("$lib")
@@ -207,14 +213,20 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
       sanitize_pids+=($!)
     done
     # and every portable step under every FA2_EMULATE preset (the list the harness's --help
-    # prints), on the shapes that reach each configuration a step can choose there
+    # prints), on the shapes that reach each configuration a step can choose there; the TMA
+    # steps under the presets of compute capability 9.0 or newer (the others they refuse)
     portable=$(make -s --no-print-directory portable-steps)
+    tma=$(make -s --no-print-directory tma-steps)
     for preset in $(build/step00/fa2 --help | sed -n 's/^FA2_EMULATE presets: //p' | tr -d ','); do
       # a preset whose blocks get more shared memory than this GPU's cannot run here
       if ! refusal=$(FA2_EMULATE=$preset build/step07/fa2 --plan 2>&1 >/dev/null); then
         result SKIP "compute-sanitizer as $preset" "$refusal"; continue
       fi
       ( for id in $portable; do FA2_EMULATE=$preset bash tools/sanitize.sh "build/step$id/fa2" preset; done
+        for id in $tma; do
+          FA2_EMULATE=$preset "build/step$id/fa2" --plan >/dev/null 2>&1 || { echo "# step $id refuses $preset"; continue; }
+          FA2_EMULATE=$preset bash tools/sanitize.sh "build/step$id/fa2" preset
+        done
       ) >"$LOG/sanitize-preset-$preset.log" 2>&1 &
       sanitize_pids+=($!)
     done

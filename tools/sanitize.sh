@@ -24,13 +24,13 @@ shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
         "--batch 2 --heads 80 --kv-heads 20 --seqlen 200 --dim 64"
         "--batch 1 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --dim 128 --causal --dtype bf16")
 # Under a preset, the shapes that reach each configuration a step can choose there: for
-# step 07, a grid of at most one block per SM at d128 (its 8-warp configurations, 128 or 64
+# steps 07 and 08 (the same choice), a grid of at most one block per SM at d128 (its 8-warp configurations, 128 or 64
 # keys per tile) and one of more blocks than any preset has SMs at d64 (two 4-warp blocks
 # per SM); for step 13, decode at both head dims (its layout for the preset's shared
 # memory, split and merged); for a step with one configuration, the first alone.
 if [ "${2:-}" = preset ]; then
   case $(basename "$(dirname "$bin")") in
-    step07) shapes=("--batch 1 --heads 6 --kv-heads 2 --seqlen 256 --dim 128 --scale 4"
+    step07|step08) shapes=("--batch 1 --heads 6 --kv-heads 2 --seqlen 256 --dim 128 --scale 4"
                     "--batch 2 --heads 96 --kv-heads 32 --seqlen 200 --dim 64 --causal") ;;
     step13) shapes=("--batch 1 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --dim 128 --causal --dtype bf16"
                     "--batch 2 --heads 8 --kv-heads 8 --seqlen-q 1 --seqlen-k 2000 --dim 64") ;;
