@@ -2,7 +2,7 @@
 # Run 74: step 08 (TMA and mbarriers under mma.sync) and the renumbered Hopper ladder.
 #  1. build this tree; .ab-base (main before the new step and the renumbering, `git archive
 #     684e898`, where today's step 09 was 08_wgmma_tma) by its own Makefile
-#  2. step 08's decisions under every preset (--plan)
+#  2. scratch/verify_tma (where TMA's swizzle puts each element); step 08's decisions under every preset (--plan)
 #  3. A/B in rounds at the bench shapes: steps 07, 08, 09, and 09's old self (08_wgmma_tma)
 #  4. Nsight Compute at B4 H16 N4096 d128 fp16: steps 07 and 08 (what TMA took out of the
 #     loop), steps 09 and 10 (the wgmma step and the warp-specialised one)
@@ -19,6 +19,8 @@ stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
 stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
 make -s -j16 all >"$log/build.log" 2>&1 || { stage "build FAILED"; exit 1; }
 make -s -C .ab-base -j16 build/step08/fa2 >>"$log/build.log" 2>&1 || { stage "base build FAILED"; exit 1; }
+make -s build/scratch/verify_tma >>"$log/build.log" 2>&1
+build/scratch/verify_tma >"$log/verify_tma.txt" 2>&1; build/scratch/verify_tma --dim 64 --rows 16 >>"$log/verify_tma.txt" 2>&1
 stage "plans"
 for pr in "" h100 rtx5090 gb10 a100 rtx4090; do
   for d in 64 128; do
