@@ -42,7 +42,8 @@ NVCC_STAMP := $(BUILD)/.nvcc-flags-$(shell printf '%s' '$(NVCCFLAGS)' | cksum | 
 $(NVCC_STAMP):
 	@mkdir -p $(BUILD) && rm -f $(BUILD)/.nvcc-flags-* && touch $@
 
-STEP_DIRS  := $(sort $(wildcard steps/[0-9][0-9]_*))
+# A step is a folder with a kernel file: a folder left empty by a rename is not one.
+STEP_DIRS  := $(sort $(patsubst %/,%,$(dir $(wildcard steps/[0-9][0-9]_*/kernel.c*))))
 STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
 GPU_IDS    := $(filter-out 00,$(STEP_IDS))
 PORTABLE_IDS := $(filter-out $(HOPPER_STEPS) $(TMA_STEPS),$(GPU_IDS))
@@ -54,7 +55,7 @@ STEP_LIB_O := $(BUILD)/common/validate.o $(BUILD)/common/device_limits.o
 HARNESS_O  := $(HARNESS:%=$(BUILD)/common/%.o)
 
 step       ?=
-STEP_DIR    = $(wildcard steps/$(step)_*)
+STEP_DIR    = $(patsubst %/,%,$(dir $(wildcard steps/$(step)_*/kernel.c*)))
 
 .PHONY: help all run diff info profile sanitize test clean check-step harness variant hopper-steps portable-steps tma-steps
 .DEFAULT_GOAL := help
