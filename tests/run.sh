@@ -171,6 +171,23 @@ run_program abi-as-rtx4090 env FA2_EMULATE=rtx4090 build/tests/test_abi build/st
 # Under every FA2_EMULATE preset, each step's chosen configuration fits that GPU's shared memory.
 run_program limits build/tests/test_limits "${gpu_libs[@]}"
 
+echo "== tools/ldsm_distance.py on a SASS listing written here (HMMA 2 and 1 instructions after their nearest LDSM)"
+cat >"$LOG/ldsm.sass" <<'SASS'
+        Function : other_kernel
+        /*0000*/                   HMMA.16816.F32 R0, R4, R8, RZ ;
+        Function : the_kernel
+        /*0000*/                   LDSM.16.M88.4 R4, [R1] ;
+        /*0010*/                   LDSM.16.M88.2 R8, [R1+0x10] ;
+        /*0020*/                   IADD3 R2, R2, 0x1, RZ ;
+        /*0030*/                   HMMA.16816.F32 R12, R4, R8, RZ ;
+        /*0040*/                   LDSM.16.M88.4 R4, [R1+0x20] ;
+        /*0050*/                   HMMA.16816.F32 R16, R4, R9, R16 ;
+SASS
+out=$(python3 tools/ldsm_distance.py "$LOG/ldsm.sass" the_kernel 2 2>&1)
+[[ $out == *"median 1.5 instructions after it, fewest 1, 100% within 4"* ]] && result PASS "ldsm_distance.py: $out" ||
+  result FAIL "ldsm_distance.py on a known listing" "$out"
+expect_error 2 "ldsm_distance.py refuses a function it cannot find" python3 tools/ldsm_distance.py "$LOG/ldsm.sass" no_such_kernel 2
+
 echo "== Python: the torch binding (python/fa2.py) with step 00, and the plots"
 if python3 -c 'import torch' >/dev/null 2>&1; then run_program torch-cpu python3 tests/test_torch.py 00
 else result SKIP "the torch binding on the CPU (step 00)" "torch is not installed (pip install torch)"; fi
