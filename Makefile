@@ -70,6 +70,7 @@ help:
 	@echo "make step=NN variant NAME=X [DEFINES=-D...] [SRC=FILE]  a rebuilt copy in build/variants/X (sweeps, tests)"
 	@echo "make compare [SHAPES=all] [ROUNDS=3]  every step, the cuBLAS baseline and torch SDPA in rounds: the tables"
 	@echo "make plots [CSV=...]          PNGs from a compare CSV (default: the newest committed one; matplotlib)"
+	@echo "make figures                  the figures of docs/ (docs/figures/*.svg) from the scratch programs' layouts"
 	@echo "make scratch [name=NAME ARGS=...]  print layouts: fragments, ldmatrix, swizzle, banks (name=verify: on the GPU)"
 	@echo "make test                     CPU tests, every step's build, and the GPU matrix on a GPU"
 	@echo "make clean                    remove build/"
@@ -172,7 +173,7 @@ include reference/reference.mk
 # ---- the progression table and its plots ----
 SHAPES ?= seed
 ROUNDS ?= 3
-.PHONY: compare plots
+.PHONY: compare plots figures
 compare: all
 	@ROUNDS=$(ROUNDS) bash reference/compare.sh $(SHAPES)
 
@@ -182,6 +183,10 @@ CSV ?=
 plots: $(filter .venv/bin/python,$(PLOT_PYTHON))
 	$(PLOT_PYTHON) plots/progression.py $(CSV)
 	$(PLOT_PYTHON) plots/scaling.py $(CSV)
+
+# the figures of docs/, drawn from the scratch programs' layouts (figures/make.py)
+figures: $(filter .venv/bin/python,$(PLOT_PYTHON)) scratch-build
+	$(PLOT_PYTHON) figures/make.py
 
 .venv/bin/python:
 	$(PYTHON) -m venv .venv && .venv/bin/pip install -q -r plots/requirements.txt

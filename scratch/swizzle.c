@@ -4,13 +4,16 @@
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: swizzle [--dim 64|128] [--rows N] [--check]\n"
+    "usage: swizzle [--dim 64|128] [--rows N] [--format text|csv] [--check]\n"
     "Tiles are [rows][D] of 16-bit elements: a row is D*2 bytes = D/8 chunks of 16 bytes.\n"
     "Swizzled (steps 03-07): physical chunk = chunk ^ (row & 7). Prints, per logical (row, chunk),\n"
     "the physical chunk and the first of the 4 banks the chunk covers, unswizzled (step 02) and\n"
     "swizzled, and how many bank groups one chunk column spans over 8 rows (8 = conflict-free).\n"
     "  --dim   head dimension D (default 128)\n"
     "  --rows  rows to print, 1 to 256 (default 8)\n"
+    "  --format csv: one line per (row, chunk) for the figures (figures/): the byte offset and first\n"
+    "          bank of the chunk unswizzled, swizzled, and as TMA's 128-byte swizzle stores it (step 08 on:\n"
+    "          64-column slabs of the [rows][D] tile)\n"
     "  --check assert the swizzle is a bijection and spreads every chunk column over all banks\n";
 
 typedef struct {
@@ -108,13 +111,25 @@ static void run_checks(void)
 
 int main(int argc, char **argv)
 {
-    int dim = 128, rows = 8;
+    int dim = 128, rows = 8, csv = 0;
     const cli_option opts[] = {
         {"--dim", &dim, 64, 128, 64, NULL},
         {"--rows", &rows, 1, 256, 1, NULL},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
     };
-    parse_cli(argc, argv, usage, opts, 2, run_checks);
+    parse_cli(argc, argv, usage, opts, 3, run_checks);
     int chunks = chunks_per_row(dim);
+    if (csv) {
+        printf("row,chunk,plain_offset,plain_bank,swizzled_offset,swizzled_bank,tma_offset,tma_bank\n");
+        for (int row = 0; row < rows; row++)
+            for (int chunk = 0; chunk < chunks; chunk++) {
+                const int col = chunk * CHUNK_ELEMS, plain = smem_byte_offset(row, col, dim, 0),
+                          swizzled = smem_byte_offset(row, col, dim, 1), tma = tma_byte_offset(row, col, rows);
+                printf("%d,%d,%d,%d,%d,%d,%d,%d\n", row, chunk, plain, smem_bank(plain), swizzled, smem_bank(swizzled), tma,
+                       smem_bank(tma));
+            }
+        return 0;
+    }
     printf("[%d][%d] tile of 16-bit elements: a row is %d bytes = %d chunks of 16 bytes (8 elements).\n"
            "Swizzled: physical chunk = chunk ^ (row & 7)%s.\n"
            "A row is a multiple of 128 bytes (all 32 banks), so without the swizzle chunk c of every row\n"

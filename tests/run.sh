@@ -69,6 +69,9 @@ run_program checker build/tests/test_checker
 run_program scratch bash scratch/test.sh
 if make -s scratch >"$LOG/make-scratch.log" 2>&1; then result PASS "make scratch (every layout program with its default arguments)"
 else result FAIL "make scratch" "see $LOG/make-scratch.log"; fi
+# Every committed figure is current: its data (a scratch program's output) and its script
+# are those it was drawn from (no matplotlib needed).
+run_program figures python3 figures/make.py --check
 
 echo "== harness input errors: one line on stderr, nothing on stdout, exit code 2"
 bad_inputs=(

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The figures of docs/, drawn from the layouts the kernels use.
+
+Each figure is drawn by one script in figures/ from the machine-readable output of a
+scratch program (the same formulas, scratch/layouts.h, that the kernels' comments cite and
+the GPU verifiers check). `make figures` runs each program, keeps its output beside the
+figure (docs/figures/NAME.csv) and draws docs/figures/NAME.svg; docs/figures/MANIFEST holds
+the SHA-256 of each figure's data and of its script. `--check` (what make test runs, no
+matplotlib needed) runs the programs again and fails a figure whose data or script no longer
+match the manifest: the committed figure is stale.
+
+usage: python3 figures/make.py [--check]      (from the repository root, scratch built)
+"""
+import hashlib
+import pathlib
+import subprocess
+import sys
+
+# name: (the script that draws it, the scratch program and arguments that give its data)
+FIGURES = {
+    "swizzle_banks": ("figures/swizzle_banks.py", ["build/scratch/swizzle", "--dim", "128", "--rows", "8", "--format", "csv"]),
+    "tma_slabs": ("figures/tma_slabs.py", ["build/scratch/swizzle", "--dim", "128", "--rows", "16", "--format", "csv"]),
+}
+OUT = pathlib.Path("docs/figures")
+MANIFEST = OUT / "MANIFEST"
+
+
+def sha(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def data_of(command):
+    return subprocess.run(command, check=True, capture_output=True).stdout
+
+
+def main():
+    check = sys.argv[1:] == ["--check"]
+    if sys.argv[1:] not in ([], ["--check"]):
+        print(__doc__.strip().splitlines()[-1], file=sys.stderr)
+        return 2
+    recorded = {}
+    if MANIFEST.exists():
+        for line in MANIFEST.read_text().splitlines():
+            name, data_sha, script_sha = line.split()
+            recorded[name] = (data_sha, script_sha)
+    lines, failed = [], 0
+    for name, (script, command) in FIGURES.items():
+        data = data_of(command)
+        now = (sha(data), sha(pathlib.Path(script).read_bytes()))
+        if check:
+            ok = recorded.get(name) == now and (OUT / f"{name}.svg").exists()
+            failed += not ok
+            print(f"PASS figure {name} is current" if ok else
+                  f"FAIL figure {name} is stale: its data ({' '.join(command)}) or {script} changed since docs/figures/{name}.svg was drawn (run make figures)")
+            continue
+        OUT.mkdir(parents=True, exist_ok=True)
+        (OUT / f"{name}.csv").write_bytes(data)
+        subprocess.run([sys.executable, script, str(OUT / f"{name}.csv"), str(OUT / f"{name}.svg")], check=True)
+        lines.append(f"{name} {now[0]} {now[1]}")
+        print(f"drew docs/figures/{name}.svg")
+    if not check:
+        MANIFEST.write_text("\n".join(lines) + "\n")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
