@@ -16,7 +16,12 @@
  *  - random small integers give D = A B + C exactly (fp32 accumulation of
  *    products of integers below 2^8 is exact, in fp16 and in bf16);
  *  - S = Q K^T, its accumulators packed into register A as wgmma_p_source_reg
- *    says, then O = P V over the 4 k-steps of 16 keys: O = S V exactly.
+ *    says, then O = P V over the 4 k-steps of 16 keys: O = S V exactly;
+ *  - the steps' own layouts: Q, K and V in TMA's 128-byte-swizzled slabs (placed by
+ *    tma_byte_offset, the layout scratch/verify_tma checks the copy engine writes),
+ *    S = Q K^T through K-major swizzled descriptors (m64n128k16, d64 and d128) and
+ *    O = P V through an MN-major transposing one (m64n64k16, m64n128k16), random
+ *    small integers, every element checked.
  * The k labels are only defined up to a relabeling the arithmetic cannot see;
  * these runs show that the maps agree with the hardware and with each other.
  *
@@ -34,7 +39,8 @@
 static const char usage[] =
     "usage: verify_wgmma\n"
     "Runs wgmma.mma_async.m64n64k16 (f16 and bf16; A from registers, B from shared memory, K-major,\n"
-    "no swizzle) on the GPU with position-encoding inputs and compares the results with\n"
+    "no swizzle) on the GPU with position-encoding inputs, then S = Q K^T and O = P V in the steps'\n"
+    "own layouts (128-byte-swizzled slabs, K-major and MN-major descriptors), and compares the results with\n"
     "scratch/layouts.h, one PASS/FAIL line each; exits 1 on any failure. Without a GPU of compute\n"
     "capability 9.0 (sm_90a) it prints one SKIP line, exit 0.\n";
 
@@ -458,6 +464,178 @@ static void verify_s_to_p(int bf16)
     free(o);
 }
 
+/* ---- the kernels' own layouts: TMA's 128-byte swizzle, steps 08-12 ---- */
+
+/* What steps 09-12 do, on one warpgroup: Q [64][D], K [128][D] and V [128][D] lie in
+ * shared memory as TMA stores them (64-column slabs, 128-byte swizzle: the image is placed
+ * on the host by layouts.h's tma_byte_offset); S = Q K^T is D / 16 wgmma m64n128k16 with
+ * both operands K-major through swizzled descriptors (stride 1024 bytes per 8-row group;
+ * k-step kk 32 bytes further, the next slab after four), and O = P V is 8 wgmma m64nDk16
+ * with P from registers and V MN-major through a transposing descriptor (leading offset:
+ * one slab, [128][64] x 2 bytes; stride 1024; key step j 16 rows of 128 bytes further). */
+enum { SW_KEYS = 128, SW_SLAB_ROW = 128, SW_ATOM = 1024, SW_KSTEPS_PV = SW_KEYS / WG_K };
+
+/* The descriptor with swizzle mode 1 (128-byte) in bits 62-63, as the steps build it. */
+__device__ uint64_t smem_desc_128b(uint32_t smem_addr, uint32_t lbo, uint32_t sbo)
+{
+    return smem_desc(smem_addr, lbo, sbo) | 1ull << 62;
+}
+
+#define SW_ACC_32 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define SW_ACC_64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define SW_OPERANDS_32(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+#define SW_OPERANDS_64(d) "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+
+/* S (64 x 128) = sum over k-steps of A B, A and B K-major from shared memory; waits. */
+template <bool BF16>
+__device__ void wgmma_ss_n128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, int accumulate)
+{
+    if constexpr (BF16)
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n wgmma.fence.sync.aligned;\n"
+                     " wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SW_ACC_64 ", %64, %65, p, 1, 1, 0, 0;\n"
+                     " wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned 0;\n}\n"
+                     : SW_OPERANDS_64(d) : "l"(a_desc), "l"(b_desc), "r"(accumulate) : "memory");
+    else
+        asm volatile("{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n wgmma.fence.sync.aligned;\n"
+                     " wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SW_ACC_64 ", %64, %65, p, 1, 1, 0, 0;\n"
+                     " wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned 0;\n}\n"
+                     : SW_OPERANDS_64(d) : "l"(a_desc), "l"(b_desc), "r"(accumulate) : "memory");
+}
+
+/* O (64 x N) += A B, A from registers, B MN-major (imm-trans-b 1) from shared memory; waits. */
+template <bool BF16, int N>
+__device__ void wgmma_rs_trans(float (&d)[N / 2], const uint32_t (&a)[WG_A_REGS], uint64_t b_desc)
+{
+    if constexpr (N == 64 && BF16)
+        asm volatile("wgmma.fence.sync.aligned;\n wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SW_ACC_32
+                     ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned 0;\n"
+                     : SW_OPERANDS_32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc) : "memory");
+    else if constexpr (N == 64)
+        asm volatile("wgmma.fence.sync.aligned;\n wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SW_ACC_32
+                     ", {%32, %33, %34, %35}, %36, 1, 1, 1, 1;\n wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned 0;\n"
+                     : SW_OPERANDS_32(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc) : "memory");
+    else if constexpr (BF16)
+        asm volatile("wgmma.fence.sync.aligned;\n wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " SW_ACC_64
+                     ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned 0;\n"
+                     : SW_OPERANDS_64(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc) : "memory");
+    else
+        asm volatile("wgmma.fence.sync.aligned;\n wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 " SW_ACC_64
+                     ", {%64, %65, %66, %67}, %68, 1, 1, 1, 1;\n wgmma.commit_group.sync.aligned;\n wgmma.wait_group.sync.aligned 0;\n"
+                     : SW_OPERANDS_64(d) : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc) : "memory");
+}
+
+/* images: Q, K, V (16-bit, already in TMA's layout, each its own byte count); p: [thread][k-step][reg];
+ * s: [thread][64]; o: [thread][D / 2]. */
+template <bool BF16, int D>
+__global__ void __launch_bounds__(WG_THREADS)
+    swizzled_kernel(const uint16_t *q_img, const uint16_t *k_img, const uint16_t *v_img, const uint32_t *p, float *s, float *o)
+{
+    extern __shared__ __align__(16) uint16_t smem[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(smem), pad = (SW_ATOM - raw % SW_ATOM) % SW_ATOM;
+    constexpr int Q_BYTES = WG_M * D * 2, KV_BYTES = SW_KEYS * D * 2;
+    uint16_t *tiles = smem + pad / 2;
+    for (int i = threadIdx.x; i < Q_BYTES / 2; i += WG_THREADS) tiles[i] = q_img[i];
+    for (int i = threadIdx.x; i < KV_BYTES / 2; i += WG_THREADS) tiles[Q_BYTES / 2 + i] = k_img[i];
+    for (int i = threadIdx.x; i < KV_BYTES / 2; i += WG_THREADS) tiles[Q_BYTES / 2 + KV_BYTES / 2 + i] = v_img[i];
+    fence_proxy_async();
+    __syncthreads();
+    const uint32_t q = raw + pad, k = q + Q_BYTES, v = k + KV_BYTES;
+    constexpr uint32_t Q_SLAB = WG_M * SW_SLAB_ROW, KV_SLAB = SW_KEYS * SW_SLAB_ROW;
+    float s_acc[64];
+    for (int kk = 0; kk < D / WG_K; kk++)
+        wgmma_ss_n128<BF16>(s_acc, smem_desc_128b(q + kk / 4 * Q_SLAB + kk % 4 * 32, 16, SW_ATOM),
+                            smem_desc_128b(k + kk / 4 * KV_SLAB + kk % 4 * 32, 16, SW_ATOM), kk > 0);
+    float o_acc[D / 2] = {0};
+    for (int j = 0; j < SW_KSTEPS_PV; j++) {
+        uint32_t a[WG_A_REGS];
+        for (int r = 0; r < WG_A_REGS; r++) a[r] = p[(threadIdx.x * SW_KSTEPS_PV + j) * WG_A_REGS + r];
+        wgmma_rs_trans<BF16, D>(o_acc, a, smem_desc_128b(v + j * WG_K * SW_SLAB_ROW, KV_SLAB, SW_ATOM));
+    }
+    for (int r = 0; r < 64; r++) s[threadIdx.x * 64 + r] = s_acc[r];
+    for (int r = 0; r < D / 2; r++) o[threadIdx.x * (D / 2) + r] = o_acc[r];
+}
+
+/* Runs swizzled_kernel on random small integers (exact in fp16, bf16 and the fp32 sums)
+ * and compares every S and O register, through the accumulator map, with Q K^T and P V. */
+template <int D>
+static void verify_swizzled(int bf16)
+{
+    enum { QE = WG_M * D, KE = SW_KEYS * D };
+    static float qm[WG_M][D], km[SW_KEYS][D], vm[SW_KEYS][D], pm[WG_M][SW_KEYS];
+    uint16_t *q_img = (uint16_t *)calloc(QE, 2), *k_img = (uint16_t *)calloc(KE, 2), *v_img = (uint16_t *)calloc(KE, 2);
+    uint32_t *p_regs = (uint32_t *)calloc(WG_THREADS * SW_KSTEPS_PV * WG_A_REGS, 4);
+    uint32_t state = 12345u + D + bf16;
+    for (int r = 0; r < WG_M; r++)
+        for (int c = 0; c < D; c++) q_img[tma_byte_offset(r, c, WG_M) / ELEM_BYTES] = to_bits(qm[r][c] = (float)small_int(&state, 2), bf16);
+    for (int r = 0; r < SW_KEYS; r++)
+        for (int c = 0; c < D; c++) {
+            k_img[tma_byte_offset(r, c, SW_KEYS) / ELEM_BYTES] = to_bits(km[r][c] = (float)small_int(&state, 2), bf16);
+            v_img[tma_byte_offset(r, c, SW_KEYS) / ELEM_BYTES] = to_bits(vm[r][c] = (float)small_int(&state, 2), bf16);
+        }
+    for (int r = 0; r < WG_M; r++)
+        for (int c = 0; c < SW_KEYS; c++) pm[r][c] = (float)small_int(&state, 2);
+    for (int j = 0; j < SW_KSTEPS_PV; j++) {  /* P's k-step j: keys 16 j .. 16 j + 15, placed by the A map */
+        float a[WG_M][WG_K];
+        uint32_t regs[WG_THREADS][WG_A_REGS];
+        for (int r = 0; r < WG_M; r++)
+            for (int c = 0; c < WG_K; c++) a[r][c] = pm[r][WG_K * j + c];
+        place_a(regs, a, bf16);
+        for (int t = 0; t < WG_THREADS; t++)
+            for (int r = 0; r < WG_A_REGS; r++) p_regs[(t * SW_KSTEPS_PV + j) * WG_A_REGS + r] = regs[t][r];
+    }
+    uint16_t *dq, *dk, *dv;
+    uint32_t *dp;
+    float *ds, *dout;
+    float *s = (float *)malloc(sizeof(float) * WG_THREADS * 64), *o = (float *)malloc(sizeof(float) * WG_THREADS * (D / 2));
+    CUDA_OK(cudaMalloc(&dq, QE * 2));
+    CUDA_OK(cudaMalloc(&dk, KE * 2));
+    CUDA_OK(cudaMalloc(&dv, KE * 2));
+    CUDA_OK(cudaMalloc(&dp, WG_THREADS * SW_KSTEPS_PV * WG_A_REGS * 4));
+    CUDA_OK(cudaMalloc(&ds, sizeof(float) * WG_THREADS * 64));
+    CUDA_OK(cudaMalloc(&dout, sizeof(float) * WG_THREADS * (D / 2)));
+    CUDA_OK(cudaMemcpy(dq, q_img, QE * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dk, k_img, KE * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dv, v_img, KE * 2, cudaMemcpyHostToDevice));
+    CUDA_OK(cudaMemcpy(dp, p_regs, WG_THREADS * SW_KSTEPS_PV * WG_A_REGS * 4, cudaMemcpyHostToDevice));
+    const int smem_bytes = (QE + 2 * KE) * 2 + SW_ATOM;
+    if (bf16) {
+        CUDA_OK(cudaFuncSetAttribute(swizzled_kernel<true, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+        swizzled_kernel<true, D><<<1, WG_THREADS, smem_bytes>>>(dq, dk, dv, dp, ds, dout);
+    } else {
+        CUDA_OK(cudaFuncSetAttribute(swizzled_kernel<false, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+        swizzled_kernel<false, D><<<1, WG_THREADS, smem_bytes>>>(dq, dk, dv, dp, ds, dout);
+    }
+    CUDA_OK(cudaGetLastError());
+    CUDA_OK(cudaMemcpy(s, ds, sizeof(float) * WG_THREADS * 64, cudaMemcpyDeviceToHost));
+    CUDA_OK(cudaMemcpy(o, dout, sizeof(float) * WG_THREADS * (D / 2), cudaMemcpyDeviceToHost));
+    int s_bad = 0, o_bad = 0;
+    char why_s[160] = "", why_o[160] = "", name[200];
+    for (int t = 0; t < WG_THREADS; t++) {
+        for (int reg = 0; reg < 64; reg++) {
+            tile_coord at = wgmma_d_coord(wgmma_warp(t), t % WARP_SIZE, reg);
+            float want = 0;
+            for (int c = 0; c < D; c++) want += qm[at.row][c] * km[at.col][c];
+            if (s[t * 64 + reg] != want && s_bad++ == 0)
+                snprintf(why_s, sizeof why_s, "S[%d][%d] = %g, expected %g", at.row, at.col, s[t * 64 + reg], want);
+        }
+        for (int reg = 0; reg < D / 2; reg++) {
+            tile_coord at = wgmma_d_coord(wgmma_warp(t), t % WARP_SIZE, reg);
+            float want = 0;
+            for (int key = 0; key < SW_KEYS; key++) want += pm[at.row][key] * vm[key][at.col];
+            if (o[t * (D / 2) + reg] != want && o_bad++ == 0)
+                snprintf(why_o, sizeof why_o, "O[%d][%d] = %g, expected %g", at.row, at.col, o[t * (D / 2) + reg], want);
+        }
+    }
+    snprintf(name, sizeof name, "verify wgmma, the steps' layouts (%s, d%d): S = Q K^T from TMA's 128-byte-swizzled slabs, "
+             "K-major descriptors, m64n128k16", dtype_name(bf16), D);
+    check(!s_bad, name, "%d of %d elements differ, first %s", s_bad, WG_M * SW_KEYS, why_s);
+    snprintf(name, sizeof name, "verify wgmma, the steps' layouts (%s, d%d): O = P V, P from registers, V MN-major through "
+             "a transposing swizzled descriptor (leading offset one slab), m64n%dk16", dtype_name(bf16), D, D);
+    check(!o_bad, name, "%d of %d elements differ, first %s", o_bad, WG_M * D, why_o);
+    cudaFree(dq), cudaFree(dk), cudaFree(dv), cudaFree(dp), cudaFree(ds), cudaFree(dout);
+    free(q_img), free(k_img), free(v_img), free(p_regs), free(s), free(o);
+}
+
 int main(int argc, char **argv)
 {
     parse_cli(argc, argv, usage, NULL, 0, NULL);
@@ -481,6 +659,8 @@ int main(int argc, char **argv)
         for (int l = 0; l < B_LAYOUTS; l++) verify_b_probe(&b_layouts[l], bf16);
         for (int l = 0; l < B_LAYOUTS; l++) verify_random(&b_layouts[l], bf16);
         verify_s_to_p(bf16);
+        verify_swizzled<64>(bf16);
+        verify_swizzled<128>(bf16);
     }
     return check_exit_code();
 }
