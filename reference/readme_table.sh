@@ -67,6 +67,17 @@ elif [ -f "$ceiling_csv" ]; then
   [ -n "$wgmma" ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
   [ -n "$ceiling_note" ] && ceiling_note="$ceiling_note from \`$ceiling_csv\`"
 fi
+# The steps that run wgmma, the Makefile's one list (table.awk holds them to wgmma's ceiling,
+# every other GPU step to mma.sync's).
+wgmma_steps=$(make -s --no-print-directory hopper-steps 2>/dev/null || true)
+ceiling_rule=""
+if [ $table = compare ] && [ -n "${wgmma:-}" ]; then
+  if [ -n "$wgmma_steps" ]; then
+    ceiling_rule="A step's row gives the share of the ceiling of the instruction it runs: wgmma's for steps $(echo $wgmma_steps | sed 's/ /, /g') (\`make hopper-steps\`), mma.sync's for the other GPU steps (step 01, which runs neither, included); the cuBLAS and torch rows, whose instructions are their own, give both."
+  else
+    ceiling_rule="Every row gives both ceilings' shares (\`make hopper-steps\` did not answer: which steps run wgmma is not known here)."
+  fi
+fi
 
 block=$(mktemp)
 trap 'rm -f "$block" "$block.readme"' EXIT
@@ -75,12 +86,13 @@ trap 'rm -f "$block" "$block.readme"' EXIT
   echo "Measured on **$gpu**, $dates, with \`$command\` in $rounds round$([ "$rounds" = 1 ] || echo s) (rows: \`$csv\`$ceiling_note)."
   echo "Each time is the median over the rounds of each round's median launch time; ratios are speed ratios to torch SDPA"
   echo "measured in the same rounds (above 1: faster than torch)."
+  [ -z "$ceiling_rule" ] || echo "$ceiling_rule"
   if [ $table = decode ]; then
     awk -v mode=markdown -v bandwidth_csv="$bandwidth_csv" -v shapes="$(shapes_of decode | tr '\n' ';')" \
         -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
   else
     awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(shapes_of bench | tr '\n' ';')" \
-        -v sweep="$(shapes_of sweep | tr '\n' ';')" -f reference/table.awk "$csv"
+        -v sweep="$(shapes_of sweep | tr '\n' ';')" -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$csv"
   fi
 } >"$block"
 

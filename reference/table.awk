@@ -1,7 +1,10 @@
 # reference/table.awk - the comparison tables from a compare CSV (the harness's columns):
 #   step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change
 # (the ceilings: probes mma_sync_m16n8k16 and, on Hopper, wgmma_m64n256k16 of the ceiling CSV)
-# one table per shape. A contender measured in several rounds at a shape (make compare's
+# one table per shape. A step is held to the ceiling of the instruction it runs, the other
+# column left "-": the steps of wgmma_steps (the Makefile's HOPPER_STEPS) to wgmma's, every
+# other GPU step to mma.sync's (step 01, which runs neither, to mma.sync's: the rate step 02
+# starts to use). The cuBLAS and torch rows run instructions of their own: both columns. A contender measured in several rounds at a shape (make compare's
 # rows) gets the median of the rounds' medians; a check that failed in any round is shown.
 # A decode shape's table has other columns:
 #   step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change
@@ -10,8 +13,11 @@
 #
 # awk -v mode=text|markdown -v ceiling_csv=FILE -v shapes="B HQ HKV NQ NK D C DTYPE;..." \
 #     [-v sweep="B HQ HKV NQ NK D C DTYPE;..."] [-v decode="...;..." -v bandwidth_csv=FILE] \
-#     -f reference/table.awk compare.csv
+#     [-v wgmma_steps="09 10 ..."] -f reference/table.awk compare.csv
 #   shapes: which shapes, in this order (default: every shape of the CSV, in CSV order);
+#   wgmma_steps: the step numbers that run wgmma (default: `make -s hopper-steps`, asked from
+#     the current directory, the repository root; if that answers nothing, every row gets
+#     both columns);
 #   sweep (markdown): one more table, TFLOP/s per step at each of these shapes' seqlen;
 #   decode: the shapes that get the decode table.
 # Ratios are speed ratios to torch SDPA in the same CSV (> 1: faster than torch).
@@ -37,6 +43,14 @@ BEGIN {
         if (split(decode_specs[i], f, " ") >= 8) is_decode[shape_key(f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8])] = 1
     torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default"
     n_torch = split(torch_order, torch_names, " ")
+    # The wgmma steps: one list, the Makefile's HOPPER_STEPS.
+    if (wgmma_steps == "") {
+        cmd = "make -s --no-print-directory hopper-steps 2>/dev/null"
+        if ((cmd | getline line) > 0) wgmma_steps = line
+        close(cmd)
+    }
+    n_wgmma = split(wgmma_steps, wgmma_ids, " ")
+    for (i = 1; i <= n_wgmma; i++) runs_wgmma[wgmma_ids[i]] = 1
     # The steps renumbered on 2026-11-24 (results/README.md): the CSVs of runs before it name
     # them as they were then, and their rows count as the step's name now.
     renamed["08_wgmma_tma"] = "09_wgmma"
@@ -158,7 +172,7 @@ function print_header(key, md_head, text_head,    n, cells, rule, i) {
     printf "\n**%s**\n\n%s\n%s|\n", title(key), md_head, rule "---"
 }
 
-function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, parts, widths) {
+function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, parts, widths, is_step) {
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
@@ -173,9 +187,14 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
-        # The ceiling is a GPU's: a CPU row (step 00) gets none.
-        pct = tf != "" && (dtype in ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
-        wpct = tf != "" && (dtype in wgmma_ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / wgmma_ceiling[dtype]) : "-"
+        # The ceiling is a GPU's: a CPU row (step 00) gets none. A step gets the ceiling of
+        # the instruction it runs (wgmma for the steps of wgmma_steps, mma.sync for the others);
+        # a baseline, and every row when the wgmma steps are not known, gets both.
+        is_step = s ~ /^[0-9][0-9]_/ && n_wgmma > 0
+        pct = tf != "" && (dtype in ceiling) && device[key, s] != "CPU" && !(is_step && (substr(s, 1, 2) in runs_wgmma)) \
+            ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
+        wpct = tf != "" && (dtype in wgmma_ceiling) && device[key, s] != "CPU" && !(is_step && !(substr(s, 1, 2) in runs_wgmma)) \
+            ? sprintf("%.1f%%", 100 * tf / wgmma_ceiling[dtype]) : "-"
         print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct)
     }
 }
