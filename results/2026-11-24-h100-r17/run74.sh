@@ -8,7 +8,7 @@
 #     loop), steps 09 and 10 (the wgmma step and the warp-specialised one)
 #  5. make test (every step, the presets, sanitize)
 #  6. make compare SHAPES=bench in rounds, run from a copy of the tree under build/ (the
-#     device's copy of the repository is re-synced between calls, which removes files
+#     GPU machine's copy of the repository is replaced between commands, which removes files
 #     written into results/ while it runs)
 # usage: bash results/2026-11-24-h100-r17/run74.sh LOGDIR   (on the GPU machine, from the repo root)
 set -uo pipefail
