@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Run 76: run 74 again on a fresh machine (its first attempt built beside stale empty step
-# folders of the old numbering; its second lost the machine to idle release during make
+# folders of the old numbering; its second lost the machine during make
 # test, the A/B medians only in its console), with run 75 inside it, and no compare:
 #  1. build; .ab-base (main before the new step, `git archive 684e898`) by its own Makefile
 #  2. scratch/verify_tma; step 08's decisions under presets (--plan)
