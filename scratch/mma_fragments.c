@@ -5,13 +5,16 @@
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: mma_fragments [--only a|b|c|p|all] [--check]\n"
+    "usage: mma_fragments [--only a|b|c|p|all] [--format text|csv] [--check]\n"
     "Prints, for mma.sync.aligned.m16n8k16.row.col (f16/bf16 in, f32 accumulate), the lane\n"
     "and register that own each element, as lane:reg:\n"
     "  a  A, 16 x 16 [m][k]: a0..a3, each 32-bit register holds 2 halves (even column low)\n"
     "  b  B, 16 x 8 [k][n]: b0, b1, 2 halves each (even k low)\n"
     "  c  C/D, 16 x 8 [m][n]: c0..c3, one fp32 each\n"
     "  p  S = Q K^T accumulators (n-tiles 2j, 2j+1) reused as the A operand of P.V k-step j\n"
+    "  --format csv: one line per element for the figures (figures/): operand (A, B or C), row, col\n"
+    "          and the lane, register and half (0 low, 1 high; always 0 for C) that hold it; with\n"
+    "          --only a, b or c that operand alone\n"
     "  --check  assert that every map is a bijection and that the S -> P reuse lines up\n";
 
 typedef enum { TILE_A, TILE_B, TILE_C, TILE_P, TILE_ALL } tile_kind;
@@ -22,6 +25,7 @@ typedef owner_grid owner_map;
 static int owner_code(int lane, int reg, int half) { return (lane * MMA_A_REGS + reg) * HALVES + half; }
 static int owner_lane(int code) { return code / (MMA_A_REGS * HALVES); }
 static int owner_reg(int code) { return code / HALVES % MMA_A_REGS; }
+static int owner_half(int code) { return code % HALVES; }
 
 /* kind: TILE_A, TILE_B or TILE_C (C uses half 0 only: one fp32 per register) */
 static void owner_build(owner_map *m, tile_kind kind)
@@ -113,6 +117,23 @@ static void print_s_to_p(void)
            BLOCK_N / MMA_K, BLOCK_N, agree == total ? "OK" : "MISMATCH", agree, total);
 }
 
+/* --format csv: every element of A, B and C (or of the one --only names), row by row. */
+static void print_csv(int only)
+{
+    static const char operand[] = {'A', 'B', 'C'};
+    printf("operand,row,col,lane,reg,half\n");
+    for (tile_kind kind = TILE_A; kind <= TILE_C; kind++) {
+        if (only != TILE_ALL && only != (int)kind) continue;
+        owner_map map;
+        owner_build(&map, kind);
+        for (int row = 0; row < map.rows; row++)
+            for (int col = 0; col < map.cols; col++) {
+                int code = map.owner[row][col];
+                printf("%c,%d,%d,%d,%d,%d\n", operand[kind], row, col, owner_lane(code), owner_reg(code), owner_half(code));
+            }
+    }
+}
+
 static void run_checks(void)
 {
     static const char *const names[] = {"A 16x16", "B 16x8", "C 16x8"};
@@ -139,9 +160,17 @@ static void run_checks(void)
 
 int main(int argc, char **argv)
 {
-    int only = TILE_ALL;
-    const cli_option opts[] = {{"--only", &only, 0, 0, 0, "a|b|c|p|all"}};
-    parse_cli(argc, argv, usage, opts, 1, run_checks);
+    int only = TILE_ALL, csv = 0;
+    const cli_option opts[] = {
+        {"--only", &only, 0, 0, 0, "a|b|c|p|all"},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
+    };
+    parse_cli(argc, argv, usage, opts, 2, run_checks);
+    if (csv) {
+        if (only == TILE_P) cli_error("--format csv covers a, b and c (got --only p)");
+        print_csv(only);
+        return 0;
+    }
     printf("mma.sync.aligned.m16n8k16.row.col: D (16x8 f32) = A (16x16) x B (16x8) + C, per warp.\n"
            "Cells are lane:reg. lane = 4g + t: g = lane >> 2 (groupID) picks the row of A and C and the\n"
            "column n of B; t = lane & 3 picks a pair of adjacent columns of A and C, or of k of B.\n\n");
