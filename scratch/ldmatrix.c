@@ -6,7 +6,7 @@
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: ldmatrix [--use q|k|v|all] [--dim 64|128] [--check]\n"
+    "usage: ldmatrix [--use q|k|v|all] [--dim 64|128] [--format text|csv] [--check]\n"
     "Prints ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16:\n"
     "  - which lane gives the address of which row of which 8x8 matrix,\n"
     "  - which 2 elements of matrix i each lane receives in register i (plain and .trans),\n"
@@ -15,6 +15,9 @@ static const char usage[] =
     "    that this equals the fragment the mma needs (OK per use).\n"
     "  --use   which step 04 load to print (default all)\n"
     "  --dim   head dimension D of the [64][D] tiles (default 128)\n"
+    "  --format csv: one line per lane of each step 04 load printed (instance 0), for the figures\n"
+    "          (figures/): the 8x8 matrix and tile row the lane addresses, its logical 16-byte chunk,\n"
+    "          and that chunk's swizzled shared-memory byte offset and first bank\n"
     "  --check assert the maps are bijections and every use delivers its fragments, D = 64 and 128\n";
 
 enum { USE_ALL = OPERANDS };
@@ -112,6 +115,18 @@ static void print_use(operand op, int dim)
            operand_name(op), ldsm_instances(dim), dim, good == ldsm_instances(dim) ? "OK" : "MISMATCH");
 }
 
+/* --format csv: the addresses of print_use, one line per lane. */
+static void print_use_csv(operand op, int dim)
+{
+    static const char *const name[OPERANDS] = {"q", "k", "v"};
+    for (int lane = 0; lane < WARP_SIZE; lane++) {
+        tile_coord at = ldsm_address(op, dim, 0, lane);
+        int byte = smem_byte_offset(at.row, at.col, dim, 1);
+        printf("%s,%d,%d,%d,%d,%d,%d\n", name[op], lane, lane / LDSM_ROWS, at.row, at.col / CHUNK_ELEMS, byte,
+               smem_bank(byte));
+    }
+}
+
 static void print_maps(void)
 {
     printf("ldmatrix.sync.aligned.m8n8.{x1,x2,x4}{,.trans}.shared.b16: each 8x8 matrix of 16-bit elements is\n"
@@ -174,12 +189,19 @@ static void run_checks(void)
 
 int main(int argc, char **argv)
 {
-    int use = USE_ALL, dim = 128;
+    int use = USE_ALL, dim = 128, csv = 0;
     const cli_option opts[] = {
         {"--use", &use, 0, 0, 0, "q|k|v|all"},
         {"--dim", &dim, 64, 128, 64, NULL},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
     };
-    parse_cli(argc, argv, usage, opts, 2, run_checks);
+    parse_cli(argc, argv, usage, opts, 3, run_checks);
+    if (csv) {
+        printf("use,lane,matrix,row,chunk,byte,bank\n");
+        for (operand op = OPERAND_Q; op < OPERANDS; op++)
+            if (use == USE_ALL || use == (int)op) print_use_csv(op, dim);
+        return 0;
+    }
     if (use == USE_ALL) print_maps();
     printf("step 04 loads (instance 0 shown; bank = first bank of the 16-byte row in the swizzled tile,\n"
            "one phase per 8 lanes = one matrix; cells [row][col] of the elements received, low half first)\n\n");
