@@ -20,6 +20,8 @@ import sys
 FIGURES = {
     "swizzle_banks": ("figures/swizzle_banks.py", ["build/scratch/swizzle", "--dim", "128", "--rows", "8", "--format", "csv"]),
     "tma_slabs": ("figures/tma_slabs.py", ["build/scratch/swizzle", "--dim", "128", "--rows", "16", "--format", "csv"]),
+    "fragments": ("figures/fragments.py", ["build/scratch/mma_fragments", "--format", "csv"]),
+    "ldmatrix_lanes": ("figures/ldmatrix_lanes.py", ["build/scratch/ldmatrix", "--use", "k", "--dim", "128", "--format", "csv"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"
