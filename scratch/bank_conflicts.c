@@ -14,13 +14,15 @@
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: bank_conflicts [--dim 64|128|both] [--show PATTERN] [--check]\n"
+    "usage: bank_conflicts [--dim 64|128|both] [--show PATTERN] [--format text|csv] [--check]\n"
     "Counts shared-memory wavefronts per warp request for every access pattern of steps 02-07\n"
     "(BLOCK_M = 64 query rows = 4 warps x 16, BLOCK_N = 64 keys, 128 threads), with tiles\n"
     "unswizzled (step 02) and swizzled (steps 03-07), and the ideal (one wavefront per phase).\n"
     "  --dim    head dimension D (default both)\n"
     "  --show   print the bank schedule of the first request of one pattern:\n"
     "           copy q-frag k-frag v-frag q-ldsm k-ldsm v-ldsm o-store o-load\n"
+    "  --format csv: one line per lane of the first request of the --show pattern (default: every\n"
+    "           pattern), unswizzled and swizzled, for the figures\n"
     "  --check  assert the model on known cases, that every swizzled pattern is conflict-free and\n"
     "           that the unswizzled step 02 fragment loads conflict as expected\n";
 
@@ -180,21 +182,27 @@ static const pattern patterns[PATTERNS] = {
     {"o-load", "O tile -> registers, chunk t+128k", "06-07", "ld 16 B", CHUNK_BYTES, WARPS, chunk_access, 1},
 };
 
+/* Request `request` of a pattern: each lane's shared-memory access. */
+static void build_request(const pattern *p, int request, int dim, int swizzled, warp_request *req)
+{
+    memset(req, 0, sizeof *req);
+    for (int lane = 0; lane < WARP_SIZE; lane++) {
+        tile_coord at = p->element(request, lane, dim);
+        if (at.row < 0) continue;
+        lane_access *a = &req->lane[lane];
+        a->active = 1;
+        a->offset = smem_byte_offset(at.row, at.col, dim, swizzled);
+        a->bytes = p->bytes;
+    }
+}
+
 static tally measure(const pattern *p, int dim, int swizzled)
 {
     tally t;
     memset(&t, 0, sizeof t);
     for (int request = 0; request < p->requests_per_16_cols * (dim / 16); request++) {
         warp_request req;
-        memset(&req, 0, sizeof req);
-        for (int lane = 0; lane < WARP_SIZE; lane++) {
-            tile_coord at = p->element(request, lane, dim);
-            if (at.row < 0) continue;
-            lane_access *a = &req.lane[lane];
-            a->active = 1;
-            a->offset = smem_byte_offset(at.row, at.col, dim, swizzled);
-            a->bytes = p->bytes;
-        }
+        build_request(p, request, dim, swizzled, &req);
         tally_add(&t, &req);
     }
     return t;
@@ -268,6 +276,32 @@ static void print_schedule(const pattern *p, int dim, int swizzled)
     printf("\n");
 }
 
+/* --format csv: the first request of print_schedule, one line per active lane: its tile
+ * element (row, col) and access size; row_byte, where the element sits in its row of D
+ * 16-bit elements (in global memory, too, a row of Q, K, V or O is D contiguous elements);
+ * then, unswizzled and swizzled, the lane's byte offset in shared memory, its first bank, and
+ * the wavefronts of its phase (phase = the lanes served together). */
+static void print_csv(const pattern *p, int dim)
+{
+    warp_request plain, swizzled;
+    build_request(p, 0, dim, 0, &plain);
+    build_request(p, 0, dim, 1, &swizzled);
+    int lanes = request_lanes_per_phase(&swizzled), plain_waves[WARP_SIZE], waves[WARP_SIZE];
+    for (int first = 0; first < WARP_SIZE; first += lanes) {
+        bank_queue queue[BANKS];
+        plain_waves[first / lanes] = schedule_phase(&plain, first, lanes, queue);
+        waves[first / lanes] = schedule_phase(&swizzled, first, lanes, queue);
+    }
+    for (int lane = 0; lane < WARP_SIZE; lane++) {
+        if (!swizzled.lane[lane].active) continue;
+        tile_coord at = p->element(0, lane, dim);
+        int phase = lane / lanes, plain_byte = plain.lane[lane].offset, byte = swizzled.lane[lane].offset;
+        printf("%s,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", p->key, dim, lane, phase, at.row, at.col, p->bytes,
+               at.col * ELEM_BYTES, plain_byte, smem_bank(plain_byte), plain_waves[phase], byte, smem_bank(byte),
+               waves[phase]);
+    }
+}
+
 /* ---- --check ---- */
 
 static int model_cost(int stride_bytes, int bytes, int *ideal)
@@ -312,12 +346,21 @@ static void run_checks(void)
 
 int main(int argc, char **argv)
 {
-    int dim_choice = 2, show = -1;
+    int dim_choice = 2, show = -1, csv = 0;
     const cli_option opts[] = {
         {"--dim", &dim_choice, 0, 0, 0, "64|128|both"},
         {"--show", &show, 0, 0, 0, "copy|q-frag|k-frag|v-frag|q-ldsm|k-ldsm|v-ldsm|o-store|o-load"},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
     };
-    parse_cli(argc, argv, usage, opts, 2, run_checks);
+    parse_cli(argc, argv, usage, opts, 3, run_checks);
+    if (csv) {
+        printf("pattern,dim,lane,phase,row,col,bytes,row_byte,plain_byte,plain_bank,plain_wavefronts,byte,bank,"
+               "wavefronts\n");
+        for (int dim = 64; dim <= 128; dim *= 2)
+            for (int i = 0; i < PATTERNS; i++)
+                if ((dim_choice == 2 || dim == 64 << dim_choice) && (show < 0 || show == i)) print_csv(&patterns[i], dim);
+        return 0;
+    }
     printf("Shared-memory wavefronts per warp request: 32 banks x 4 bytes, one word per bank per wavefront,\n"
            "same word = broadcast; 16-byte accesses and ldmatrix matrices go 8 lanes per phase (128 bytes),\n"
            "so their ideal is 4. BLOCK_M = 64 (4 warps x 16 rows), BLOCK_N = 64 keys, 128 threads.\n\n");
