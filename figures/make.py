@@ -22,6 +22,8 @@ FIGURES = {
     "tma_slabs": ("figures/tma_slabs.py", ["build/scratch/swizzle", "--dim", "128", "--rows", "16", "--format", "csv"]),
     "fragments": ("figures/fragments.py", ["build/scratch/mma_fragments", "--format", "csv"]),
     "ldmatrix_lanes": ("figures/ldmatrix_lanes.py", ["build/scratch/ldmatrix", "--use", "k", "--dim", "128", "--format", "csv"]),
+    "pipeline": ("figures/pipeline.py", ["build/scratch/copy_layout", "--format", "csv"]),
+    "epilogue": ("figures/epilogue.py", ["build/scratch/bank_conflicts", "--dim", "128", "--format", "csv"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"
