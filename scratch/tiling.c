@@ -1,0 +1,251 @@
+/* tiling - the FlashAttention-2 tiling of step 07: which warp owns which 16-row m-tile of a
+ * block's query rows in each of its three tile configurations, how many keys a tile holds,
+ * what that costs per warp and per thread, and the grid of blocks over query tiles, heads
+ * and batch. --format csv writes the ownership for the figures (figures/tiling.py). */
+#include "tool.h"
+#include "layouts.h"
+
+static const char usage[] =
+    "usage: tiling [--dim 64|128] [--batch B] [--heads H] [--seqlen N] [--format text|csv] [--check]\n"
+    "Prints step 07's three tile configurations, TileConfig<WARPS, M_TILES, BLOCK_N>: a block of\n"
+    "WARPS warps covers WARPS x M_TILES x 16 query rows (128 in all three); warp w owns the 16-row\n"
+    "m-tiles mt = 0..M_TILES-1 at rows w x M_TILES x 16 + 16 mt, and a key tile has BLOCK_N keys.\n"
+    "For each: the owner of every 16 rows, the warp's S tile, the accumulators per thread, the\n"
+    "shared memory at --dim and the ldmatrix wavefronts per HMMA of one key tile (a model:\n"
+    "4 per conflict-free ldmatrix.x4). Then the grid: query tiles x heads x batch.\n"
+    "  --dim     head dimension D (default 128)\n"
+    "  --batch   batch, 1 to 65535 (default 2)\n"
+    "  --heads   query heads, 1 to 65535 (default 8)\n"
+    "  --seqlen  query rows, 1 to 1048576 (default 1024; the seed shape is B2 H8 N1024)\n"
+    "  --format csv: one line per (configuration, warp, m-tile) for the figures (figures/):\n"
+    "           config,warps,m_tiles,block_n,warp,m_tile,row0,rows; config is the number that\n"
+    "           `fa2 --plan` prints; the other options do not change it\n"
+    "  --check  assert every query row of a block is owned by exactly one warp and m-tile in each\n"
+    "           configuration, that all three cover the same rows, that the grid computes every\n"
+    "           query row once, and the kernel's static_asserts on the tiles\n";
+
+/* The three configurations of steps/07_tuned/kernel.cu, mirrored here (keep them in step):
+ * LargeGridConfig = TileConfig<4, 2, 64>, SmallGridConfig = TileConfig<8, 1, 128> and
+ * SmallGridShortTileConfig = TileConfig<8, 1, 64>, in the order of its enum (LARGE_GRID = 0,
+ * SMALL_GRID = 1, SMALL_GRID_SHORT_TILE = 2), which is the "configuration N" of fa2 --plan. */
+typedef struct {
+    const char *name;
+    int warps, m_tiles, block_n;
+    const char *when; /* choose_config's rule for it */
+} tile_config;
+
+static const tile_config configs[] = {
+    {"LargeGridConfig", 4, 2, 64, "when the grid has more blocks than the GPU has SMs and two blocks fit on an SM"},
+    {"SmallGridConfig", 8, 1, 128, "otherwise, where one block fits on an SM"},
+    {"SmallGridShortTileConfig", 8, 1, 64, "where configuration 1 does not fit (d128 where a block gets 99 KB)"},
+};
+enum { CONFIGS = sizeof configs / sizeof *configs, KV_STAGES = 2, MAX_ROWS = 1024 };
+
+/* The kernel's formulas: BLOCK_M = WARPS * M_TILES * MMA_M; a warp's first row
+ * warp_row0 = warp * M_TILES * MMA_M; m-tile mt starts at warp_row0 + mt * MMA_M. */
+static int block_m(const tile_config *c) { return c->warps * c->m_tiles * MMA_M; }
+static int threads_of(const tile_config *c) { return c->warps * WARP_SIZE; }
+static int warp_row0(const tile_config *c, int warp) { return warp * c->m_tiles * MMA_M; }
+static int mtile_row0(const tile_config *c, int warp, int mt) { return warp_row0(c, warp) + mt * MMA_M; }
+
+/* smem_bytes_of: Q (then O) [BLOCK_M][D], and KV_STAGES buffers each of K and V [BLOCK_N][D]. */
+static int smem_bytes(const tile_config *c, int dim) { return (block_m(c) + 2 * KV_STAGES * c->block_n) * dim * ELEM_BYTES; }
+
+/* One warp's ldmatrix.x4 and HMMA for one key tile: Q K^T takes D / 16 k-steps, each with
+ * M_TILES x4 of Q, BLOCK_N / 16 x4 of K (two 8-key n-tiles each) and M_TILES x BLOCK_N / 8 HMMA;
+ * P V takes BLOCK_N / 16 k-steps, each with D / 16 x4.trans of V (two 8-column d-tiles each)
+ * and M_TILES x D / 8 HMMA. */
+typedef struct {
+    int q, k, v, hmma;
+} tile_work;
+
+static tile_work work_of(const tile_config *c, int dim)
+{
+    tile_work w;
+    w.q = dim / MMA_K * c->m_tiles;
+    w.k = dim / MMA_K * (c->block_n / 16);
+    w.v = c->block_n / MMA_K * (dim / 16);
+    w.hmma = dim / MMA_K * c->m_tiles * (c->block_n / MMA_N) + c->block_n / MMA_K * c->m_tiles * (dim / MMA_N);
+    return w;
+}
+
+/* Owners of a block's rows: owner[row] = warp * M_TILES + mt, or -1; claims counts every claim. */
+typedef struct {
+    int rows, owner[MAX_ROWS], claims[MAX_ROWS], outside;
+} row_owners;
+
+static void owners_build(row_owners *o, const tile_config *c)
+{
+    o->rows = block_m(c), o->outside = 0;
+    for (int r = 0; r < MAX_ROWS; r++) o->owner[r] = -1, o->claims[r] = 0;
+    for (int warp = 0; warp < c->warps; warp++)
+        for (int mt = 0; mt < c->m_tiles; mt++)
+            for (int i = 0; i < MMA_M; i++) {
+                int row = mtile_row0(c, warp, mt) + i;
+                if (row < 0 || row >= o->rows) {
+                    o->outside++;
+                    continue;
+                }
+                o->owner[row] = warp * c->m_tiles + mt;
+                o->claims[row]++;
+            }
+}
+
+static void print_config(int index, int dim)
+{
+    const tile_config *c = &configs[index];
+    row_owners o;
+    owners_build(&o, c);
+    printf("configuration %d: %s = TileConfig<%d, %d, %d>: %d threads, %d rows x %d keys\n", index,
+           c->name, c->warps, c->m_tiles, c->block_n, threads_of(c), block_m(c), c->block_n);
+    printf("  taken %s\n", c->when);
+    printf("    rows |");
+    for (int r = 0; r < o.rows; r += MMA_M) {
+        char span[24];
+        snprintf(span, sizeof span, "%d-%d", r, r + MMA_M - 1);
+        put_cell(span, 8, NO_COLOUR);
+    }
+    printf("\n    warp |");
+    for (int r = 0; r < o.rows; r += MMA_M) {
+        char text[24];
+        snprintf(text, sizeof text, "%d", o.owner[r] / c->m_tiles);
+        put_cell(text, 8, o.owner[r] / c->m_tiles);
+    }
+    printf("\n  m-tile |");
+    for (int r = 0; r < o.rows; r += MMA_M) {
+        char text[24];
+        snprintf(text, sizeof text, "%d", o.owner[r] % c->m_tiles);
+        put_cell(text, 8, o.owner[r] / c->m_tiles);
+    }
+    tile_work w = work_of(c, dim);
+    int s_acc = c->m_tiles * (c->block_n / MMA_N) * MMA_C_REGS, o_acc = c->m_tiles * (dim / MMA_N) * MMA_C_REGS;
+    printf("\n  per warp: S is %d rows x %d keys; each K or V fragment it loads feeds %d mma\n",
+           c->m_tiles * MMA_M, c->block_n, c->m_tiles);
+    printf("  per thread: %d + %d fp32 accumulators (S, O) = %d\n", s_acc, o_acc, s_acc + o_acc);
+    printf("  shared memory: (%d + 2 x %d x %d) rows x %d x 2 B = %d KB\n", block_m(c), KV_STAGES, c->block_n, dim,
+           smem_bytes(c, dim) / 1024);
+    printf("  per warp and key tile: ldmatrix.x4 Q %d + K %d + V %d = %d for %d HMMA: %.3f wavefronts per HMMA\n\n",
+           w.q, w.k, w.v, w.q + w.k + w.v, w.hmma, 4.0 * (w.q + w.k + w.v) / w.hmma);
+}
+
+typedef struct {
+    int dim, batch, heads, seqlen;
+} shape;
+
+static void print_grid_of(const shape *s)
+{
+    int rows = block_m(&configs[0]), tiles = (s->seqlen + rows - 1) / rows;
+    long long blocks = (long long)tiles * s->heads * s->batch;
+    printf("the grid at B%d H%d N%d (--batch, --heads, --seqlen), the same whichever configuration runs:\n",
+           s->batch, s->heads, s->seqlen);
+    printf("  x = query tile: %d of %d rows (block x: rows %d x .. %d x + %d", tiles, rows, rows, rows, rows - 1);
+    if (s->seqlen % rows) printf("; the last tile has %d rows", s->seqlen % rows);
+    printf(")\n  y = head: %d, z = batch: %d  ->  %d x %d x %d = %lld blocks\n", s->heads, s->batch, tiles, s->heads,
+           s->batch, blocks);
+    printf("  causal: block x takes query tile gridDim.x - 1 - x, so the tiles with the most keys start first\n");
+    printf("the configuration a launch takes depends on the GPU: fa2 --plan prints it (no GPU with FA2_EMULATE)\n");
+}
+
+/* --format csv: one line per (configuration, warp, m-tile). */
+static void print_csv(void)
+{
+    printf("config,warps,m_tiles,block_n,warp,m_tile,row0,rows\n");
+    for (int i = 0; i < CONFIGS; i++) {
+        const tile_config *c = &configs[i];
+        for (int warp = 0; warp < c->warps; warp++)
+            for (int mt = 0; mt < c->m_tiles; mt++)
+                printf("%d,%d,%d,%d,%d,%d,%d,%d\n", i, c->warps, c->m_tiles, c->block_n, warp, mt,
+                       mtile_row0(c, warp, mt), MMA_M);
+    }
+}
+
+/* Every query row 0..seqlen-1 computed by exactly one (block, warp, m-tile), with the causal
+ * order's tile permutation when causal; rows past seqlen fall only in the last block. */
+static int grid_covers(const tile_config *c, int seqlen, int causal)
+{
+    static int claims[4096 + MAX_ROWS];
+    int rows = block_m(c), tiles = (seqlen + rows - 1) / rows;
+    memset(claims, 0, sizeof claims);
+    for (int x = 0; x < tiles; x++) {
+        int m_block = causal ? tiles - 1 - x : x, m0 = m_block * rows;
+        for (int warp = 0; warp < c->warps; warp++)
+            for (int mt = 0; mt < c->m_tiles; mt++)
+                for (int i = 0; i < MMA_M; i++) {
+                    int row = m0 + mtile_row0(c, warp, mt) + i;
+                    if (row >= seqlen && m_block != tiles - 1) return 0;
+                    claims[row]++;
+                }
+    }
+    for (int row = 0; row < seqlen; row++)
+        if (claims[row] != 1) return 0;
+    return 1;
+}
+
+static void run_checks(void)
+{
+    static const int seqlens[] = {1, 15, 127, 128, 129, 1000, 1024, 4096};
+    for (int i = 0; i < CONFIGS; i++) {
+        const tile_config *c = &configs[i];
+        row_owners o;
+        owners_build(&o, c);
+        int twice = 0, never = 0, contiguous = 1;
+        for (int r = 0; r < o.rows; r++) twice += o.claims[r] > 1, never += o.claims[r] == 0;
+        for (int warp = 0; warp < c->warps; warp++)
+            for (int r = warp_row0(c, warp); r < warp_row0(c, warp) + c->m_tiles * MMA_M; r++)
+                contiguous &= o.owner[r] / c->m_tiles == warp;
+        char name[160];
+        snprintf(name, sizeof name, "step 07 configuration %d (TileConfig<%d, %d, %d>): each of the block's %d query rows"
+                 " is owned by exactly one warp and m-tile", i, c->warps, c->m_tiles, c->block_n, o.rows);
+        check(!o.outside && !twice && !never, name, "%d rows claimed twice, %d never, %d claims outside the block", twice,
+              never, o.outside);
+        snprintf(name, sizeof name, "step 07 configuration %d: warp w owns one run of %d rows from w x %d (q_addr's warp_row0)",
+                 i, c->m_tiles * MMA_M, c->m_tiles * MMA_M);
+        check(contiguous, name, "a warp's m-tiles are not one run of rows");
+        int covers = 1;
+        for (size_t s = 0; s < sizeof seqlens / sizeof *seqlens; s++)
+            covers &= grid_covers(c, seqlens[s], 0) && grid_covers(c, seqlens[s], 1);
+        snprintf(name, sizeof name, "step 07 configuration %d: the grid computes every query row once, at N = 1 to 4096,"
+                 " causal order or not", i);
+        check(covers, name, "a row computed twice or never, or a row past N outside the last block");
+        /* the kernel's static_asserts (TileCopy, the key loops, the epilogue), at both head dims */
+        int asserts = 1;
+        for (int dim = 64; dim <= 128; dim += 64) {
+            int chunks = dim * ELEM_BYTES / CHUNK_BYTES, per_pass = threads_of(c) / chunks;
+            asserts &= threads_of(c) % chunks == 0 && per_pass % SWIZZLE_ROWS == 0;
+            asserts &= block_m(c) % per_pass == 0 && c->block_n % per_pass == 0;
+            asserts &= c->block_n % MMA_K == 0 && c->block_n % (2 * MMA_N) == 0;
+            asserts &= block_m(c) * chunks % threads_of(c) == 0;
+        }
+        snprintf(name, sizeof name, "step 07 configuration %d: the kernel's static_asserts on its tiles hold at d64 and d128", i);
+        check(asserts, name, "a copy pass, a key step or the epilogue does not divide evenly");
+    }
+    int same = 1;
+    for (int i = 1; i < CONFIGS; i++) same &= block_m(&configs[i]) == block_m(&configs[0]);
+    check(same, "step 07: every configuration covers the same query rows: the grid does not depend on the choice",
+          "BLOCK_M differs between configurations");
+}
+
+int main(int argc, char **argv)
+{
+    shape s = {128, 2, 8, 1024};
+    int csv = 0;
+    const cli_option opts[] = {
+        {"--dim", &s.dim, 64, 128, 64, NULL},
+        {"--batch", &s.batch, 1, 65535, 1, NULL},
+        {"--heads", &s.heads, 1, 65535, 1, NULL},
+        {"--seqlen", &s.seqlen, 1, 1 << 20, 1, NULL},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
+    };
+    parse_cli(argc, argv, usage, opts, 5, run_checks);
+    if (csv) {
+        print_csv();
+        return 0;
+    }
+    printf("step 07's tile configurations (steps/07_tuned/kernel.cu, TileConfig<WARPS, M_TILES, BLOCK_N>):\n"
+           "warp w owns M_TILES m-tiles of 16 rows, m-tile mt from row (w x M_TILES + mt) x 16; D = %d.\n"
+           "A K or V fragment serves every m-tile of its warp: M_TILES = 2 halves the loads per mma.\n\n",
+           s.dim);
+    for (int i = 0; i < CONFIGS; i++) print_config(i, s.dim);
+    print_grid_of(&s);
+    return 0;
+}
