@@ -24,6 +24,7 @@ FIGURES = {
     "ldmatrix_lanes": ("figures/ldmatrix_lanes.py", ["build/scratch/ldmatrix", "--use", "k", "--dim", "128", "--format", "csv"]),
     "pipeline": ("figures/pipeline.py", ["build/scratch/copy_layout", "--format", "csv"]),
     "epilogue": ("figures/epilogue.py", ["build/scratch/bank_conflicts", "--dim", "128", "--format", "csv"]),
+    "tiling": ("figures/tiling.py", ["build/scratch/tiling", "--format", "csv"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"
