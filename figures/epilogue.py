@@ -10,16 +10,14 @@ chunk store to global memory, thread t on chunk t of the block's rows: 8 lanes w
 memory (one 8-lane phase, 8 different groups).
 Data: build/scratch/bank_conflicts --dim 128 --format csv (patterns o-store and o-load).
 usage: python3 figures/epilogue.py DATA.csv OUT.svg"""
-import csv
 import sys
 
-from style import BANK_GROUP_COLOURS, plt, save
+from style import BANK_GROUP_COLOURS, plt, read_rows, save
 
 LINE_COLOURS = [BANK_GROUP_COLOURS[i] for i in (0, 1, 4, 6)]  # one per 128-byte line = 8-lane phase
 SECTOR, LINE = 32, 128
 
-with open(sys.argv[1], newline="") as f:
-    data = [{k: (v if k == "pattern" else int(v)) for k, v in row.items()} for row in csv.DictReader(f)]
+data = read_rows(sys.argv[1])
 store = [r for r in data if r["pattern"] == "o-store"]
 chunks = [r for r in data if r["pattern"] == "o-load"]
 dim = store[0]["dim"]

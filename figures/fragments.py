@@ -5,27 +5,25 @@ the register (a0..a3, b0..b1, c0..c3); its colour is the lane's group g = lane /
 of lanes 4g..4g+3. Thick lines separate the registers' quarters and halves.
 Data: build/scratch/mma_fragments --format csv.
 usage: python3 figures/fragments.py DATA.csv OUT.svg"""
-import csv
 import sys
 
 from matplotlib.patches import Patch
 
-from style import BANK_GROUP_COLOURS, plt, save
+from style import BANK_GROUP_COLOURS, plt, read_rows, save
 
 LIGHT = {"#edc948", "#ff9da7", "#76b7b2"}  # backgrounds that take black text
 
-with open(sys.argv[1], newline="") as f:
-    rows = list(csv.DictReader(f))
+rows = read_rows(sys.argv[1])
 panels = [("A", "a", "A: 16 x 16, [m][k] (Q, or P)", "k", "m"),
           ("B", "b", "B: 16 x 8, [k][n] (K^T, or V)", "n", "k"),
           ("C", "c", "C/D: 16 x 8, [m][n], fp32 (S, or O)", "n", "m")]
-cols_of = {op: max(int(r["col"]) for r in rows if r["operand"] == op) + 1 for op, *_ in panels}
+cols_of = {op: max(r["col"] for r in rows if r["operand"] == op) + 1 for op, *_ in panels}
 fig, axes = plt.subplots(1, 3, figsize=(15, 5.6), gridspec_kw={"width_ratios": [cols_of[p[0]] for p in panels]})
 for ax, (op, letter, title, xlabel, ylabel) in zip(axes, panels):
     cells = [r for r in rows if r["operand"] == op]
-    n_rows, n_cols = max(int(r["row"]) for r in cells) + 1, cols_of[op]
+    n_rows, n_cols = max(r["row"] for r in cells) + 1, cols_of[op]
     for r in cells:
-        row, col, lane, reg = int(r["row"]), int(r["col"]), int(r["lane"]), int(r["reg"])
+        row, col, lane, reg = r["row"], r["col"], r["lane"], r["reg"]
         colour = BANK_GROUP_COLOURS[lane // 4]
         ax.add_patch(plt.Rectangle((col, row), 1, 1, facecolor=colour, edgecolor="white", linewidth=0.8))
         ax.text(col + 0.5, row + 0.5, f"{lane}\n{letter}{reg}", ha="center", va="center", fontsize=6.5,

@@ -7,18 +7,16 @@ Right: the bank group (4 banks) each lane's 16 bytes sit on, one row per phase: 
 covers all 8 groups once, so it is one conflict-free wavefront.
 Data: build/scratch/ldmatrix --use k --dim 128 --format csv.
 usage: python3 figures/ldmatrix_lanes.py DATA.csv OUT.svg"""
-import csv
 import sys
 
-from style import BANK_GROUP_COLOURS, plt, save
+from style import BANK_GROUP_COLOURS, plt, read_rows, save
 
 WHAT = {"q": "Q, A operand of S = Q K^T: ldmatrix.x4",
         "k": "K, B operand of S = Q K^T: ldmatrix.x4",
         "v": "V, B operand of O = P V: ldmatrix.x4.trans"}
 PHASE_COLOURS = [BANK_GROUP_COLOURS[i] for i in (0, 1, 4, 6)]  # one per 8-lane phase = matrix
 
-with open(sys.argv[1], newline="") as f:
-    rows = [{k: (v if k == "use" else int(v)) for k, v in row.items()} for row in csv.DictReader(f)]
+rows = read_rows(sys.argv[1])
 use = rows[0]["use"]
 rows = [r for r in rows if r["use"] == use]
 # bytes per tile row (D * 2): the one length that puts every lane's byte inside its own row

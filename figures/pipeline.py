@@ -8,17 +8,13 @@ Dashed lines: cp.async.wait_group N; solid grey lines: __syncthreads. The x axis
 of the events, not time. A read or an issue the schedule does not make safe is outlined red.
 Data: build/scratch/copy_layout --format csv.
 usage: python3 figures/pipeline.py DATA.csv OUT.svg"""
-import csv
 import sys
 
-from style import BANK_GROUP_COLOURS, plt, save
+from style import BANK_GROUP_COLOURS, plt, read_rows, save
 
 COLOUR = {"Q": BANK_GROUP_COLOURS[4], "K": BANK_GROUP_COLOURS[0], "V": BANK_GROUP_COLOURS[1]}
 PALE = {"Q": "#c9e3c5", "K": "#c3d3e6", "V": "#fbd8b8"}
-INT = ("order", "iteration", "tile", "stage", "group", "wait_n", "ready")
-
-with open(sys.argv[1], newline="") as f:
-    events = [{k: (int(v) if k in INT else v) for k, v in row.items()} for row in csv.DictReader(f)]
+events = read_rows(sys.argv[1])
 stages = max(e["stage"] for e in events) + 1
 lanes = ["commit groups", "Q"] + [f"{op} stage {s}" for op in "KV" for s in range(stages)] + ["compute"]
 lane_y = {name: i for i, name in enumerate(lanes)}

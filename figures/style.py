@@ -14,8 +14,16 @@ BANK_GROUP_COLOURS = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#e
 
 
 def read_rows(path):
+    """A scratch program's CSV: one dict per line, whole numbers as int, names (an operand,
+    an event, a pattern) as str."""
+    def value(text):
+        try:
+            return int(text)
+        except ValueError:
+            return text
+
     with open(path, newline="") as f:
-        return [{k: int(v) for k, v in row.items()} for row in csv.DictReader(f)]
+        return [{k: value(v) for k, v in row.items()} for row in csv.DictReader(f)]
 
 
 def save(fig, path):
