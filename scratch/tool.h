@@ -20,6 +20,21 @@
 #define PRINTF_LIKE(fmt, args)
 #endif
 
+/* ---- the GPU verifiers (CUDA) ---- */
+
+#ifdef __CUDACC__
+/* A CUDA call of a GPU verifier that fails ends it with one FAIL line naming the call
+ * and the runtime's reason, exit 1. VERIFIER is the program's name, defined before use. */
+#define CUDA_OK(call)                                                                       \
+    do {                                                                                    \
+        cudaError_t err_ = (call);                                                          \
+        if (err_ != cudaSuccess) {                                                          \
+            printf("FAIL %s: %s: %s\n", VERIFIER, #call, cudaGetErrorString(err_));         \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+#endif
+
 /* ---- --check: one line per property ---- */
 
 static int check_failures;

@@ -33,14 +33,7 @@ static const char usage[] =
     "position-encoding inputs and compares the results with scratch/layouts.h, one PASS/FAIL line\n"
     "each; exits 1 on any failure. Without a usable GPU (sm_80+) it prints one SKIP line, exit 0.\n";
 
-#define CUDA_OK(call)                                                                       \
-    do {                                                                                    \
-        cudaError_t err_ = (call);                                                          \
-        if (err_ != cudaSuccess) {                                                          \
-            printf("FAIL verify: %s: %s\n", #call, cudaGetErrorString(err_));               \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
+#define VERIFIER "verify" /* CUDA_OK's FAIL lines (scratch/tool.h) */
 
 /* ---- device side: the raw instructions, nothing derived from layouts.h ---- */
 

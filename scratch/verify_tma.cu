@@ -28,14 +28,7 @@ static const char usage[] =
     "  --rows  rows of the tile, 8 to 256 in steps of 8 (default 64)\n"
     "Without a GPU of compute capability 9.0 or newer it prints one SKIP line, exit 0.\n";
 
-#define CUDA_OK(call)                                                                       \
-    do {                                                                                    \
-        cudaError_t err_ = (call);                                                          \
-        if (err_ != cudaSuccess) {                                                          \
-            printf("FAIL verify_tma: %s: %s\n", #call, cudaGetErrorString(err_));           \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
+#define VERIFIER "verify_tma" /* CUDA_OK's FAIL lines (scratch/tool.h) */
 
 /* ---- device side: the raw instructions, nothing derived from layouts.h ---- */
 

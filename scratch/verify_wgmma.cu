@@ -44,14 +44,7 @@ static const char usage[] =
     "scratch/layouts.h, one PASS/FAIL line each; exits 1 on any failure. Without a GPU of compute\n"
     "capability 9.0 (sm_90a) it prints one SKIP line, exit 0.\n";
 
-#define CUDA_OK(call)                                                                       \
-    do {                                                                                    \
-        cudaError_t err_ = (call);                                                          \
-        if (err_ != cudaSuccess) {                                                          \
-            printf("FAIL verify_wgmma: %s: %s\n", #call, cudaGetErrorString(err_));         \
-            exit(1);                                                                        \
-        }                                                                                   \
-    } while (0)
+#define VERIFIER "verify_wgmma" /* CUDA_OK's FAIL lines (scratch/tool.h) */
 
 enum {
     WG_N = 64,                               /* the instruction verified: m64n64k16 (step 09's P V at d64) */
