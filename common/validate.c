@@ -154,6 +154,17 @@ int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, cha
     return 1;
 }
 
+/* The workspace's bytes against four tensors' (their params already validated, so every
+ * last_offset is >= 0): the forward's Q, K, V, O or the backward's dQ, dK, dV, dO. */
+static int workspace_apart(range ws, const void *const bases[4], dim d[4][4], const char *const names[4], char *why,
+                           size_t why_len)
+{
+    for (int t = 0; t < 4; t++)
+        if (overlap(ws, bytes_of(bases[t], last_offset(d[t]), 2)))
+            REFUSE("workspace overlaps %s (allowed: memory apart from every tensor)", names[t]);
+    return 1;
+}
+
 int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t why_len)
 {
     if (need == 0) return 1;
@@ -165,9 +176,7 @@ int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t w
     const void *bases[4];
     dim d[4][4];
     tensors_of(p, bases, d);
-    for (int t = 0; t < 4; t++) /* fa2_validate_params passed: last_offset is >= 0 */
-        if (overlap(ws, bytes_of(bases[t], last_offset(d[t]), 2)))
-            REFUSE("workspace overlaps %s (allowed: memory apart from every tensor)", TENSOR_NAMES[t]);
+    if (!workspace_apart(ws, bases, d, TENSOR_NAMES, why, why_len)) return 0;
     if (p->lse && overlap(ws, lse_bytes(p))) REFUSE("workspace overlaps lse (allowed: memory apart from every tensor)");
     return 1;
 }
@@ -229,10 +238,7 @@ int fa2_validate_bwd_workspace(const fa2_bwd_params *bp, size_t need, char *why,
     const void *bases[4];
     dim d[4][4];
     grads_of(bp, bases, d);
-    for (int t = 0; t < 4; t++) /* fa2_validate_bwd_params passed: last_offset is >= 0 */
-        if (overlap(ws, bytes_of(bases[t], last_offset(d[t]), 2)))
-            REFUSE("workspace overlaps %s (allowed: memory apart from every tensor)", GRAD_NAMES[t]);
-    return 1;
+    return workspace_apart(ws, bases, d, GRAD_NAMES, why, why_len);
 }
 
 int fa2_refuse_backward(const fa2_bwd_params *bp, const char *step, char *why, size_t why_len)
