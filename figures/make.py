@@ -25,6 +25,7 @@ FIGURES = {
     "pipeline": ("figures/pipeline.py", ["build/scratch/copy_layout", "--format", "csv"]),
     "epilogue": ("figures/epilogue.py", ["build/scratch/bank_conflicts", "--dim", "128", "--format", "csv"]),
     "tiling": ("figures/tiling.py", ["build/scratch/tiling", "--format", "csv"]),
+    "wgmma_accumulator": ("figures/wgmma_accumulator.py", ["build/scratch/wgmma_fragments", "--n", "128", "--cols", "32", "--format", "csv"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"

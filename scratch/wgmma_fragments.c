@@ -6,7 +6,7 @@
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: wgmma_fragments [--n 64|128|256] [--only d|a|p|all] [--cols C] [--check]\n"
+    "usage: wgmma_fragments [--n 64|128|256] [--only d|a|p|all] [--cols C] [--format text|csv] [--check]\n"
     "Prints, for wgmma.mma_async.sync.aligned.m64nNk16 (f16/bf16 in, f32 accumulate; one warpgroup of\n"
     "4 warps, 128 threads), the lane and register that own each element, as lane:reg; the warp is\n"
     "w = row / 16:\n"
@@ -15,6 +15,10 @@ static const char usage[] =
     "  p  S = Q K^T accumulators d(8j)..d(8j+7) (keys 16j..16j+15) reused as register A of P.V k-step j\n"
     "  --n N     the n of the instruction: 64 (default; step 09's P V at d64), 128 (its Q K^T) or 256\n"
     "  --cols C  the D columns printed, a multiple of 8 up to N (default 16; the pattern repeats every 8)\n"
+    "  --format csv: one line per element of D's first --cols columns, for the figures (figures/):\n"
+    "           n,row,col,warp,lane,g,t,reg,ntile,mma_reg: thread 32 warp + lane holds D[row][col] in\n"
+    "           register reg, which is register mma_reg = reg % 4 of the mma.sync m16n8 C fragment of\n"
+    "           columns 8 ntile..8 ntile + 7 (ntile = reg / 4); --only does not change it\n"
     "  --check   assert that every map is a bijection and that the S -> P reuse lines up\n";
 
 typedef enum { TILE_D, TILE_A, TILE_P, TILE_ALL } tile_kind;
@@ -160,6 +164,21 @@ static void print_s_to_p(int n)
     putchar('\n');
 }
 
+/* --format csv: D's owners, element by element, from the forward map (layouts.h). */
+static void print_d_csv(int n, int cols)
+{
+    static owner_map map;
+    owner_build(&map, TILE_D, n);
+    printf("n,row,col,warp,lane,g,t,reg,ntile,mma_reg\n");
+    for (int row = 0; row < WG_M; row++)
+        for (int col = 0; col < cols; col++) {
+            int code = map.grid.owner[row][col], thread = owner_thread(&map, code), reg = owner_reg(&map, code);
+            int lane = thread % WARP_SIZE;
+            printf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", n, row, col, wgmma_warp(thread), lane, lane_group(lane),
+                   lane_tig(lane), reg, reg / MMA_C_REGS, reg % MMA_C_REGS);
+        }
+}
+
 /* The index formulas the warpgroups of steps 09-12 write out by hand: s_acc / o_acc
  * register i at row row0 + 8 (i / 2 % 2), column 8 (i / 4) + 2t + i % 2
  * (row0 = 16 warp + g), and pack_p's p_frag[j][a] = pack(s_acc[8j + 2a], s_acc[8j + 2a + 1]). */
@@ -224,15 +243,20 @@ static void run_checks(void)
 
 int main(int argc, char **argv)
 {
-    int only = TILE_ALL, n_index = 0, cols = 16;
+    int only = TILE_ALL, n_index = 0, cols = 16, csv = 0;
     const cli_option opts[] = {
         {"--n", &n_index, 0, 0, 0, "64|128|256"},
         {"--only", &only, 0, 0, 0, "d|a|p|all"},
         {"--cols", &cols, 8, WG_N_MAX, 8, NULL},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
     };
-    parse_cli(argc, argv, usage, opts, 3, run_checks);
+    parse_cli(argc, argv, usage, opts, 4, run_checks);
     int n = n_choice(n_index);
     if (cols > n) cli_error("--cols %d is more than the %d columns of D (--n %d)", cols, n, n);
+    if (csv) {
+        print_d_csv(n, cols);
+        return 0;
+    }
     printf("wgmma.mma_async.sync.aligned.m64n%dk16: D (64x%d f32) = A (64x16) x B (16x%d) + D, per warpgroup\n"
            "(4 consecutive warps, 128 threads). Warp w = (thread / 32) %% 4 owns rows 16w..16w+15 of A and D, and\n"
            "holds them in the mma.sync m16n8k16 fragments (mma_fragments): lane = 4g + t, g = lane >> 2 picks the\n"
