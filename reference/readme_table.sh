@@ -8,10 +8,19 @@
 #   <!-- decode-table:begin -->  and  <!-- decode-table:end -->
 # instead: one table per decode shape, in GB/s and % of the bandwidth-*.csv beside it.
 #
-# usage: bash reference/readme_table.sh [CSV [README]]
+# With --summary, the README's one results table instead: the shapes of the summary set of
+# reference/shapes.txt that the CSV holds (prefill shapes from a bench CSV, between
+#   <!-- summary-compare-table:begin -->  and  <!-- summary-compare-table:end -->,
+# the decode shape from a decode CSV, between the summary-decode-table lines), the GPU steps
+# and torch's FA2, cuDNN and default rows only; the full tables live on a results page.
+#
+# usage: bash reference/readme_table.sh [--summary] [CSV [README]]
 #   CSV: default the newest results/compare-*.csv; its ceiling is the ceiling-*.csv beside it.
-#   README: the page to rewrite (default README.md; docs/results-h200.md holds the H200's).
+#   README: the page to rewrite (default README.md with --summary, else docs/results-h100.md;
+#   docs/results-h200.md holds the H200's full tables).
 set -euo pipefail
+summary=0
+if [ "${1:-}" = --summary ]; then summary=1; shift; fi
 cd "$(dirname "$0")/.."
 # shellcheck source=reference/shapes.sh
 . reference/shapes.sh
@@ -22,7 +31,7 @@ if [ -z "$csv" ]; then
     if [ -e "$f" ] && { [ -z "$csv" ] || [ "$f" -nt "$csv" ]; }; then csv=$f; fi
   done
 fi
-readme=${2:-README.md}
+readme=${2:-$([ $summary = 1 ] && echo README.md || echo docs/results-h100.md)}
 if [ -z "$csv" ] || [ ! -f "$csv" ]; then
   echo "error: readme_table.sh: no compare CSV ('${csv:-results/compare-*.csv}'): run make compare first" >&2
   exit 2
@@ -38,8 +47,18 @@ has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of S
 }
 table=compare
 has_rows_of decode seed && table=decode
-begin="<!-- $table-table:begin -->"
-end="<!-- $table-table:end -->"
+marker=$table-table
+shapes=$(shapes_of "$([ $table = decode ] && echo decode || echo bench)")
+rows_csv=$csv
+if [ $summary = 1 ]; then
+  marker=summary-$marker
+  shapes=$(shapes_of summary | grep -xF "$shapes" || true)
+  # the GPU steps and torch's FA2, cuDNN and default backends: a reader's three comparisons
+  rows_csv=$(mktemp)
+  awk -F, 'FNR == 1 || ($1 ~ /^[0-9][0-9]_/ && $1 !~ /^00_/) || $1 ~ /^torch_sdpa_(flash|cudnn|default)$/' "$csv" >"$rows_csv"
+fi
+begin="<!-- $marker:begin -->"
+end="<!-- $marker:end -->"
 if [ "$(grep -cxF "$begin" "$readme")" != 1 ] || [ "$(grep -cxF "$end" "$readme")" != 1 ]; then
   echo "error: readme_table.sh: $readme needs the lines '$begin' and '$end', once each" >&2
   exit 2
@@ -80,7 +99,7 @@ if [ $table = compare ] && [ -n "${wgmma:-}" ]; then
 fi
 
 block=$(mktemp)
-trap 'rm -f "$block" "$block.readme"' EXIT
+trap 'rm -f "$block" "$block.readme"; [ "$rows_csv" = "$csv" ] || rm -f "$rows_csv"' EXIT
 {
   echo "<!-- written by reference/readme_table.sh from $csv: edit that, not this -->"
   echo "Measured on **$gpu**, $dates, with \`$command\` in $rounds round$([ "$rounds" = 1 ] || echo s) (rows: \`$csv\`$ceiling_note)."
@@ -88,11 +107,12 @@ trap 'rm -f "$block" "$block.readme"' EXIT
   echo "measured in the same rounds (above 1: faster than torch)."
   [ -z "$ceiling_rule" ] || echo "$ceiling_rule"
   if [ $table = decode ]; then
-    awk -v mode=markdown -v bandwidth_csv="$bandwidth_csv" -v shapes="$(shapes_of decode | tr '\n' ';')" \
-        -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
+    awk -v mode=markdown -v bandwidth_csv="$bandwidth_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
+        -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$rows_csv"
   else
-    awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(shapes_of bench | tr '\n' ';')" \
-        -v sweep="$(shapes_of sweep | tr '\n' ';')" -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$csv"
+    awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
+        -v sweep="$([ $summary = 1 ] || shapes_of sweep | tr '\n' ';')" -v wgmma_steps="$wgmma_steps" \
+        -f reference/table.awk "$rows_csv"
   fi
 } >"$block"
 
