@@ -129,7 +129,14 @@ for dir in steps/[0-9][0-9]_*; do
   fi
   # the GPU binary must refuse unsupported params with one line and exit 2, GPU or not
   expect_error 2 "step $id refuses --dim 96" "build/step$id/fa2" --dim 96
-  expect_error 2 "step $id refuses --backward" "build/step$id/fa2" --backward
+  # a step without a backward (it answers with fa2_refuse_backward) refuses --backward; one with
+  # a backward refuses, in the backward's check, what its kernels cannot take
+  if grep -q fa2_refuse_backward "$dir/kernel.cu"; then
+    expect_error 2 "step $id refuses --backward" "build/step$id/fa2" --backward
+  else
+    expect_error 2 "step $id refuses --backward --dim 96" "build/step$id/fa2" --backward --dim 96
+    expect_error 2 "step $id refuses FA2_DETERMINISTIC=yes" env FA2_DETERMINISTIC=yes "build/step$id/fa2" --backward
+  fi
 done
 
 # The portable steps (all but the Makefile's HOPPER_STEPS) for one GPU family the default
@@ -262,6 +269,18 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
                 "--scale 30 --dtype bf16" "--scale 100 --dtype bf16"; do
       # shellcheck disable=SC2086
       expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
+    done
+    # a step with a backward: dQ, dK and dV checked too, on a second PASS line; with the
+    # dQ atomics and with FA2_DETERMINISTIC=1's per-key-block partials
+    grep -q fa2_refuse_backward steps/"$id"_*/kernel.cu && continue
+    for det in 0 1; do
+      for args in "--backward" "--seqlen-q 33 --seqlen-k 150 --causal --dtype bf16 --dim 64 --heads 4 --kv-heads 1 --backward" \
+                  "--seqlen-q 1000 --seqlen-k 77 --causal --heads 8 --kv-heads 2 --backward" "--scale 30 --backward"; do
+        # shellcheck disable=SC2086
+        if out=$(FA2_DETERMINISTIC=$det "build/step$id/fa2" $args --iters 3 --warmup 1 2>&1) &&
+           [ "$(echo "$out" | grep -c '| PASS')" -eq 2 ]; then result PASS "step $id harness run $args FA2_DETERMINISTIC=$det"
+        else result FAIL "step $id harness run $args FA2_DETERMINISTIC=$det" "$out"; fi
+      done
     done
   done
   if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then
