@@ -27,6 +27,7 @@ FIGURES = {
     "tiling": ("figures/tiling.py", ["build/scratch/tiling", "--format", "csv"]),
     "wgmma_accumulator": ("figures/wgmma_accumulator.py", ["build/scratch/wgmma_fragments", "--n", "128", "--cols", "32", "--format", "csv"]),
     "producer_consumer": ("figures/producer_consumer.py", ["build/scratch/ws_schedule", "--step", "10", "--format", "csv"]),
+    "skewed_loop": ("figures/skewed_loop.py", ["build/scratch/ws_schedule", "--step", "11", "--format", "csv"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"
