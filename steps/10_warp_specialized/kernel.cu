@@ -70,7 +70,7 @@ struct Config {
 // Two consumers (128 query rows per block) everywhere, except d64 on grids with more
 // 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
 // choice for d64) was measured 5-15% faster, and on a smaller grid 0.87x the throughput
-// (fewer, larger blocks leave SMs idle). See docs/10_warp_specialized.md.
+// (fewer, larger blocks leave SMs idle). See docs/measurements/10_warp_specialized.md.
 template <int D>
 using SmallGridConfig = Config<D, 2>;
 template <int D>
