@@ -72,6 +72,9 @@ else result FAIL "make scratch" "see $LOG/make-scratch.log"; fi
 # Every committed figure is current: its data (a scratch program's output) and its script
 # are those it was drawn from (no matplotlib needed).
 run_program figures python3 figures/make.py --check
+# Every step and concept page can be read in one sitting (tools/check_pages.py: the line budget,
+# a figure, a folded answer, an experiment, no run or issue numbers) and every link resolves.
+run_program pages python3 tools/check_pages.py
 
 echo "== harness input errors: one line on stderr, nothing on stdout, exit code 2"
 bad_inputs=(
