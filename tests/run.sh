@@ -64,6 +64,7 @@ else
 fi
 
 run_program cpu-step00 build/tests/test_cpu
+run_program kv-cache-step00 build/tests/test_paged
 run_program backward build/tests/test_backward
 run_program checker build/tests/test_checker
 run_program scratch bash scratch/test.sh
