@@ -1,12 +1,13 @@
 /* tiling - the FlashAttention-2 tiling of step 07: which warp owns which 16-row m-tile of a
  * block's query rows in each of its three tile configurations, how many keys a tile holds,
  * what that costs per warp and per thread, and the grid of blocks over query tiles, heads
- * and batch. --format csv writes the ownership for the figures (figures/tiling.py). */
+ * and batch. --format csv writes the ownership for the figures (figures/tiling.py). --step 01
+ * prints step 01's scalar work split instead (figures/scalar_tiles.py). */
 #include "tool.h"
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: tiling [--dim 64|128] [--batch B] [--heads H] [--seqlen N] [--format text|csv] [--check]\n"
+    "usage: tiling [--step 07|01] [--dim 64|128] [--batch B] [--heads H] [--seqlen N] [--format text|csv] [--check]\n"
     "Prints step 07's three tile configurations, TileConfig<WARPS, M_TILES, BLOCK_N>: a block of\n"
     "WARPS warps covers WARPS x M_TILES x 16 query rows (128 in all three); warp w owns the 16-row\n"
     "m-tiles mt = 0..M_TILES-1 at rows w x M_TILES x 16 + 16 mt, and a key tile has BLOCK_N keys.\n"
@@ -20,9 +21,15 @@ static const char usage[] =
     "  --format csv: one line per (configuration, warp, m-tile) for the figures (figures/):\n"
     "           config,warps,m_tiles,block_n,warp,m_tile,row0,rows; config is the number that\n"
     "           `fa2 --plan` prints; the other options do not change it\n"
+    "  --step 01: step 01's scalar work split instead (steps/01_scalar/kernel.cu): a block of 128\n"
+    "           threads, 32 query rows x 32 keys per tile; thread t owns row t / 4 and, from column t %% 4,\n"
+    "           every 4th score of S and every 4th value of O; with --format csv one line per element\n"
+    "           of S [32][32] and O [32][D]: tile,row,col,thread,warp,lane,lane_in_row,j (the thread's\n"
+    "           j-th element of the row)\n"
     "  --check  assert every query row of a block is owned by exactly one warp and m-tile in each\n"
     "           configuration, that all three cover the same rows, that the grid computes every\n"
-    "           query row once, and the kernel's static_asserts on the tiles\n";
+    "           query row once, and the kernel's static_asserts on the tiles; and step 01's split: every\n"
+    "           element of S and O owned by one thread, the 4 threads of a row adjacent lanes of a warp\n";
 
 /* The three configurations of steps/07_tuned/kernel.cu, mirrored here (keep them in step):
  * LargeGridConfig = TileConfig<4, 2, 64>, SmallGridConfig = TileConfig<8, 1, 128> and
@@ -181,8 +188,89 @@ static int grid_covers(const tile_config *c, int seqlen, int causal)
     return 1;
 }
 
+/* ---- step 01 (steps/01_scalar/kernel.cu): BLOCK_M = 32 rows, BLOCK_N = 32 keys, 128 threads,
+ * THREADS_PER_ROW = 4; thread t: row = t / 4, lane_in_row = t % 4; it computes the scores
+ * c = lane_in_row + 4 j of its row (j < BLOCK_N / 4) and holds o_acc[j] = O[row][lane_in_row + 4 j]
+ * (j < D / 4). */
+enum { S01_BLOCK_M = 32, S01_BLOCK_N = 32, S01_THREADS = 128, S01_PER_ROW = S01_THREADS / S01_BLOCK_M };
+
+static int s01_row(int thread) { return thread / S01_PER_ROW; }
+static int s01_lane_in_row(int thread) { return thread % S01_PER_ROW; }
+static int s01_col(int thread, int j) { return s01_lane_in_row(thread) + S01_PER_ROW * j; }
+
+static void print_step01(int dim)
+{
+    printf("step 01's work split (steps/01_scalar/kernel.cu): a block of %d threads (%d warps) per %d query rows;\n"
+           "a key tile of %d keys; thread t owns row t / %d and, from column t %% %d, every %dth column of it:\n"
+           "%d scores of S and %d values of O (D = %d), in registers; the %d threads of a row are adjacent lanes.\n\n",
+           S01_THREADS, S01_THREADS / WARP_SIZE, S01_BLOCK_M, S01_BLOCK_N, S01_PER_ROW, S01_PER_ROW, S01_PER_ROW,
+           S01_BLOCK_N / S01_PER_ROW, dim / S01_PER_ROW, dim, S01_PER_ROW);
+    printf("S [%d rows][%d keys]: the thread computing each score (warp = thread / 32)\n", S01_BLOCK_M, S01_BLOCK_N);
+    printf(" row |");
+    for (int c = 0; c < S01_BLOCK_N; c++) printf("%4d", c);
+    printf("\n-----+");
+    for (int c = 0; c < S01_BLOCK_N; c++) printf("----");
+    putchar('\n');
+    for (int row = 0; row < S01_BLOCK_M; row++) {
+        printf("%4d |", row);
+        for (int c = 0; c < S01_BLOCK_N; c++) {
+            char text[8];
+            int thread = row * S01_PER_ROW + c % S01_PER_ROW;
+            snprintf(text, sizeof text, "%d", thread);
+            put_cell(text, 4, thread / WARP_SIZE);
+        }
+        putchar('\n');
+    }
+    printf("\nO [%d][%d]: thread 4 row + i holds columns i, i + 4, i + 8, ... (o_acc[j] = column i + 4 j)\n",
+           S01_BLOCK_M, dim);
+}
+
+static void print_step01_csv(int dim)
+{
+    printf("tile,row,col,thread,warp,lane,lane_in_row,j\n");
+    for (int pass = 0; pass < 2; pass++)
+        for (int thread = 0; thread < S01_THREADS; thread++)
+            for (int j = 0; j < (pass ? dim : S01_BLOCK_N) / S01_PER_ROW; j++)
+                printf("%s,%d,%d,%d,%d,%d,%d,%d\n", pass ? "O" : "S", s01_row(thread), s01_col(thread, j), thread,
+                       thread / WARP_SIZE, thread % WARP_SIZE, s01_lane_in_row(thread), j);
+}
+
+static void check_step01(void)
+{
+    static int s_claims[S01_BLOCK_M][S01_BLOCK_N], o_claims[S01_BLOCK_M][128];
+    memset(s_claims, 0, sizeof s_claims);
+    memset(o_claims, 0, sizeof o_claims);
+    int inside = 1, adjacent = 1, once = 1;
+    for (int thread = 0; thread < S01_THREADS; thread++) {
+        for (int j = 0; j < S01_BLOCK_N / S01_PER_ROW; j++) {
+            int r = s01_row(thread), c = s01_col(thread, j);
+            inside &= r < S01_BLOCK_M && c < S01_BLOCK_N;
+            if (inside) s_claims[r][c]++;
+        }
+        for (int j = 0; j < 128 / S01_PER_ROW; j++) {
+            int r = s01_row(thread), c = s01_col(thread, j);
+            inside &= c < 128;
+            if (inside) o_claims[r][c]++;
+        }
+        /* xor 1 and xor 2 stay within the row's 4 threads, inside one warp */
+        for (int mask = 1; mask <= 2; mask *= 2) {
+            int partner = (thread / WARP_SIZE) * WARP_SIZE + ((thread % WARP_SIZE) ^ mask);
+            adjacent &= s01_row(partner) == s01_row(thread);
+        }
+    }
+    for (int r = 0; r < S01_BLOCK_M; r++) {
+        for (int c = 0; c < S01_BLOCK_N; c++) once &= s_claims[r][c] == 1;
+        for (int c = 0; c < 128; c++) once &= o_claims[r][c] == 1;
+    }
+    check(inside && once, "step 01: every score of S [32][32] and every value of O [32][128] is owned by exactly one "
+          "of the 128 threads (row t / 4, columns t % 4 + 4 j)", "an element owned twice, never, or outside the tile");
+    check(adjacent, "step 01: a row's 4 threads are adjacent lanes of one warp: the shuffles xor 1 and xor 2 stay "
+          "within the row", "a shuffle partner holds another row");
+}
+
 static void run_checks(void)
 {
+    check_step01();
     static const int seqlens[] = {1, 15, 127, 128, 129, 1000, 1024, 4096};
     for (int i = 0; i < CONFIGS; i++) {
         const tile_config *c = &configs[i];
@@ -228,15 +316,21 @@ static void run_checks(void)
 int main(int argc, char **argv)
 {
     shape s = {128, 2, 8, 1024};
-    int csv = 0;
+    int csv = 0, step01 = 0;
     const cli_option opts[] = {
         {"--dim", &s.dim, 64, 128, 64, NULL},
         {"--batch", &s.batch, 1, 65535, 1, NULL},
         {"--heads", &s.heads, 1, 65535, 1, NULL},
         {"--seqlen", &s.seqlen, 1, 1 << 20, 1, NULL},
         {"--format", &csv, 0, 0, 0, "text|csv"},
+        {"--step", &step01, 0, 0, 0, "07|01"},
     };
-    parse_cli(argc, argv, usage, opts, 5, run_checks);
+    parse_cli(argc, argv, usage, opts, 6, run_checks);
+    if (step01) {
+        if (csv) print_step01_csv(s.dim);
+        else print_step01(s.dim);
+        return 0;
+    }
     if (csv) {
         print_csv();
         return 0;

@@ -10,7 +10,8 @@ Every step page, docs/NN_name.md:
   - a link to its measurement page, docs/measurements/NN_name.md, which exists.
 Every concept page, docs/concepts/*.md: the line budget, the wrap and a folded answer.
 No teaching or concept page names a run or an issue by number ("run 12", "issue 3", "#3"):
-those belong on the measurement pages and in results/.
+those belong on the measurement pages and in results/. Every relative link of README.md and of
+the pages under docs/ leads to a file that exists.
 
 Prints one PASS or FAIL line per page and rule.
 
@@ -25,6 +26,7 @@ MAX_WIDTH = 100
 # "run 12" or "issue 3" naming a record (a count such as "run 3 rounds" or "issue 4 copies" is
 # followed by a word), or "#3"
 NUMBERED = re.compile(r"\b(?:[Rr]uns?|[Ii]ssue) [0-9]+\b(?!\.[0-9])(?! [a-z])|(?<![\w&/])#[0-9]+\b")
+LINK = re.compile(r"\]\(([^)\s#]+)[^)\s]*\)")
 FIGURE = re.compile(r"!\[.*\]\(((?:\.\./)?figures/[^)\s]+)\)")
 
 
@@ -94,6 +96,14 @@ def main():
         print("FAIL docs/: no step or concept page found (run from the repository root)")
         return 1
     failed = 0
+    for path in [pathlib.Path("README.md")] + sorted(docs.rglob("*.md")):
+        broken = [t for t in LINK.findall(path.read_text())
+                  if not t.startswith(("http:", "https:", "mailto:")) and not (path.parent / t).exists()]
+        if broken:
+            failed += 1
+            print(f"FAIL links of {path}: no such file: {', '.join(broken[:5])}")
+        else:
+            print(f"PASS links of {path}: every relative link leads to a file")
     for path, step_page in pages:
         failures = check(path, step_page)
         kind = "step page" if step_page else "concept page"

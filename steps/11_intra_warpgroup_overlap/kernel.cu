@@ -64,7 +64,7 @@ struct Config {
 // Two consumers (128 query rows per block) everywhere, except d64 on grids with more
 // 128-row blocks than SMs: there a third consumer (192 rows per block, FlashAttention-3's
 // choice for d64) was measured 5-15% faster, and on a smaller grid 0.87x the throughput
-// (fewer, larger blocks leave SMs idle). See docs/10_warp_specialized.md.
+// (fewer, larger blocks leave SMs idle). See docs/measurements/10_warp_specialized.md.
 template <int D>
 using SmallGridConfig = Config<D, 2>;
 template <int D>
@@ -734,7 +734,7 @@ static int launch(const fa2_params *p, void *stream)
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
-    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
         return 0;

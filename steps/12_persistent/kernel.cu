@@ -73,7 +73,7 @@ struct Config {
 // 1.07-1.17x in this step, and with fewer items 0.87x the throughput (fewer, larger items
 // leave SMs idle). With a causal mask two consumers were as fast at B4 H16 N4096 and
 // 1.14x faster at B16 H16 N1024: a 192-row tile wastes more of the key tiles that
-// cross the diagonal. See docs/10_warp_specialized.md and docs/12_persistent.md.
+// cross the diagonal. See docs/measurements/10_warp_specialized.md and docs/measurements/12_persistent.md.
 template <int D>
 using FewItemsConfig = Config<D, 2>;
 template <int D>
@@ -471,7 +471,7 @@ __device__ __forceinline__ void consume(const fa2_params &p, const CUtensorMap *
     // from lane 0 by a shuffle it can. Everything computed from c, the Q and O addresses and
     // the wgmma descriptors, then stays on the uniform datapath (computed once per warp, in
     // uniform registers, where wgmma reads its descriptors) also under the branch on c below:
-    // without the shuffle that branch cost 5-12% at every shape (docs/12_persistent.md).
+    // without the shuffle that branch cost 5-12% at every shape (docs/measurements/12_persistent.md).
     const int c = __shfl_sync(0xffffffffu, (int)threadIdx.x / WARPGROUP - 1, 0);
     const int warp = threadIdx.x / 32 % 4, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // accumulator coordinates: row group, thread in group
@@ -859,7 +859,7 @@ static int launch(const fa2_params *p, cudaStream_t stream)
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
-    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
         return 0;

@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""Figure: step 10's producer/consumer schedule for one block, as a time line (ns). Lanes: the
+producer thread (its TMA issues, and its waits on the empty barriers before it refills a stage);
+Q and each K and V stage (a copy in flight from its issue until its full barrier completes, then
+the tile in use until its empty barrier completes: both consumers released it); the tensor
+cores (each product, coloured by the consumer that issued it, in turn order); each consumer
+(its softmax, and what it waits for). Everything drawn is read from the CSV, which
+build/scratch/ws_schedule computes by walking the kernel's protocol with durations that are
+parameters (a model: see scratch/ws_schedule.c).
+Data: build/scratch/ws_schedule --step 10 --format csv.
+usage: python3 figures/producer_consumer.py DATA.csv OUT.svg"""
+import sys
+
+from matplotlib.patches import Patch
+
+from style import BANK_GROUP_COLOURS, plt, read_rows, save
+
+rows = read_rows(sys.argv[1])
+CONSUMER = [BANK_GROUP_COLOURS[0], BANK_GROUP_COLOURS[2]]
+PALE_CONSUMER = ["#c3d3e6", "#f4c4c5"]
+K_COLOUR, V_COLOUR, Q_COLOUR = BANK_GROUP_COLOURS[3], BANK_GROUP_COLOURS[1], BANK_GROUP_COLOURS[4]
+PALE = {"K": "#d6ecea", "V": "#fbd8b8", "Q": "#c9e3c5"}
+consumers = sorted({r["consumer"] for r in rows if r["consumer"] >= 0})
+stages = sorted({r["stage"] for r in rows if r["lane"].startswith("K stage")})
+lanes = (["producer", "Q"] + [f"K stage {s}" for s in stages] + [f"V stage {s}" for s in stages] + ["tensor cores"]
+         + [f"consumer {c}" for c in consumers])
+y_of = {name: i for i, name in enumerate(lanes)}
+end = max(r["end_ns"] for r in rows)
+tiles = max(r["tile"] for r in rows) + 1
+product = {r["what"]: r["end_ns"] - r["start_ns"] for r in rows if r["lane"] == "tensor cores"}
+softmax = next(r["end_ns"] - r["start_ns"] for r in rows if r["what"] == "softmax")
+copy = next(r["end_ns"] - r["start_ns"] for r in rows if r["what"] == "in flight")
+
+fig, ax = plt.subplots(figsize=(16, 7.2))
+
+
+def bar(lane, start, stop, colour, text="", text_colour="white", hatch=None, edge="white", height=0.64):
+    y = y_of[lane]
+    ax.add_patch(plt.Rectangle((start, y + (1 - height) / 2), stop - start, height, facecolor=colour, edgecolor=edge,
+                               linewidth=0.6, hatch=hatch, zorder=2))
+    if text and stop - start > 0.028 * end:
+        ax.text((start + stop) / 2, y + 0.5, text, ha="center", va="center", fontsize=7, color=text_colour, zorder=4,
+                bbox={"facecolor": colour, "edgecolor": "none", "pad": 0.5} if hatch else None)
+
+
+def mark(lane, t, text, colour="black", above=True):
+    y = y_of[lane]
+    ax.plot([t, t], [y + 0.12, y + 0.88], color=colour, linewidth=1.4, zorder=5)
+    ax.text(t, y + (0.06 if above else 0.97), text, ha="center", va="bottom" if not above else "bottom", fontsize=6,
+            color=colour, zorder=5)
+
+
+for r in rows:
+    lane, what, c, n = r["lane"], r["what"], r["consumer"], r["tile"]
+    s, e = r["start_ns"], r["end_ns"]
+    if lane == "producer":
+        if what.startswith("issue"):
+            name = what[-1] + ("" if n < 0 else str(n))
+            mark(lane, s, name, K_COLOUR if name[0] == "K" else V_COLOUR if name[0] == "V" else Q_COLOUR)
+        else:
+            bar(lane, s, e, "#eeeeee", f"{what} ({'K' if 'k_' in what else 'V'}{n})", "black", hatch="///",
+                edge="#999999", height=0.4)
+    elif lane == "Q" or lane.startswith(("K stage", "V stage")):
+        op = lane[0]
+        name = "Q" if op == "Q" else f"{op}{n}"
+        if what == "in flight":
+            bar(lane, s, e, {"K": K_COLOUR, "V": V_COLOUR, "Q": Q_COLOUR}[op], f"{name} in flight")
+        else:
+            bar(lane, s, e, PALE[op], f"{name} landed", "black")
+            ax.plot([e], [y_of[lane] + 0.5], marker="|", color="black", markersize=12, zorder=5)
+    elif lane == "tensor cores":
+        label = f"c{c}: S{n}" if what.startswith("S") else f"c{c}: P{n}V{n}"
+        bar(lane, s, e, CONSUMER[c], label, hatch=None if what.startswith("S") else "..")
+    elif lane.startswith("consumer"):
+        if what == "softmax":
+            bar(lane, s, e, PALE_CONSUMER[c], f"softmax {n}", "black")
+        elif what.startswith("wait"):
+            bar(lane, s, e, "white", what, "#555555", hatch="///", edge="#aaaaaa", height=0.4)
+        elif what.startswith("issue"):
+            mark(lane, s, "S" + str(n) if what == "issue S" else f"PV{n}", CONSUMER[c])
+        elif what.startswith("release"):
+            ax.plot([s], [y_of[lane] + 0.85], marker="v", color="#444444", markersize=4, zorder=5)
+
+ax.set_xlim(0, end * 1.06)
+ax.set_ylim(len(lanes), -0.3)
+ax.set_yticks([i + 0.5 for i in range(len(lanes))], lanes)
+ax.set_xlabel("time in the block (ns), from the producer's first issue")
+ax.tick_params(axis="y", length=0)
+for i in range(len(lanes) + 1):
+    ax.axhline(i, color="#e6e6e6", linewidth=0.6, zorder=0)
+for spine in ("top", "right"):
+    ax.spines[spine].set_visible(False)
+handles = [Patch(facecolor=CONSUMER[c], label=f"consumer {c}'s S = Q K^T") for c in consumers]
+handles += [Patch(facecolor=CONSUMER[c], hatch="..", label=f"consumer {c}'s O += P V") for c in consumers]
+handles += [Patch(facecolor=K_COLOUR, label="a K tile's copy in flight (TMA issue to k_full)"),
+            Patch(facecolor=PALE["K"], label="landed, in use until both consumers released it (k_empty: the bar)"),
+            Patch(facecolor=PALE_CONSUMER[0], label="softmax (and the rest of a tile's work)"),
+            Patch(facecolor="white", edgecolor="#aaaaaa", hatch="///", label="waiting (mbarrier, wgmma.wait_group)")]
+ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.1), ncol=4, frameon=False, fontsize=8)
+busy = sum(r["end_ns"] - r["start_ns"] for r in rows if r["lane"] == "tensor cores")
+fig.suptitle(f"step 10's warp specialisation, one block over {tiles} key tiles: a producer thread issues the TMA copies "
+             f"into {len(stages)} stages of K and V (full barriers: landed; empty barriers: released by both consumers);\n"
+             f"two consumer warpgroups take turns at the tensor cores, S_n of consumer 0, of consumer 1, then P_n V_n of "
+             f"each; each waits for its own product before its softmax.  Tensor cores busy {busy} of {end} ns "
+             f"({100 * busy / end:.0f}%).\n"
+             f"A model computed by build/scratch/ws_schedule --step 10 (the kernel's protocol, event by event): "
+             f"one product {product['S = Q K^T']} ns (the measured wgmma ceiling), softmax {softmax} ns "
+             f"(calibrated to step 10's measured time), a copy {copy} ns (an assumption)", fontsize=9, y=1.0)
+save(fig, sys.argv[2])

@@ -1,0 +1,213 @@
+/* persistent_schedule - which block of step 12's persistent kernel takes which work item
+ * (batch, head, query tile), in which order, with the kernel's own TileScheduler
+ * (steps/12_persistent/kernel.cu): the work comes in units, one q tile of one (batch, head)
+ * pair, or under a causal mask two, q tiles m_blocks - 1 - k and k of the pair (the one that
+ * sees the most keys with the one that sees the fewest); unit u belongs to pair
+ * u / units_per_pair; block b takes units b, b + gridDim.x, b + 2 gridDim.x, ... and within a
+ * causal unit first the long tile, then the short one (the middle tile of an odd m_blocks
+ * alone). The grid is min(units, SMs) blocks. An item's work is its key tiles, n_blocks =
+ * ceil(key_end / BLOCK_N), key_end = min(seqlen_k, m0 + BLOCK_M + seqlen_k - seqlen_q) under the
+ * mask. The configuration is the kernel's: 2 consumers (BLOCK_M = 128) except d64 without a
+ * mask when there are more 128-row items than SMs (3 consumers, BLOCK_M = 192); BLOCK_N = 128.
+ * --format csv writes the assignment for the figures (figures/persistent_schedule.py). */
+#include "tool.h"
+
+static const char usage[] =
+    "usage: persistent_schedule [--batch B] [--heads H] [--seqlen N] [--dim 64|128] [--causal 0|1] [--sms S]\n"
+    "                           [--format text|csv] [--check]\n"
+    "Step 12's tile scheduler: which block (one per SM) computes which (batch, head, query tile) work item, in\n"
+    "which order, and how many key tiles each item has (its work). Times are counted in key tiles, the\n"
+    "item's work; a block's items run one after another.\n"
+    "  --batch   batch, 1 to 64 (default 1)\n"
+    "  --heads   query heads, 1 to 128 (default 16)\n"
+    "  --seqlen  query and key rows, 1 to 65536 (default 4096)\n"
+    "  --dim     head dimension (default 128)\n"
+    "  --causal  1 (default): bottom-right causal mask; 0: none\n"
+    "  --sms     the GPU's SMs, 1 to 1024 (default 132, an H100 SXM)\n"
+    "  --format csv: one line per work item, for the figures (figures/):\n"
+    "           block,ordinal,unit,batch,head,m_block,row0,rows,key_tiles,first_tile,blocks,block_m\n"
+    "           (first_tile: the block's key tiles before this item, the item's start in key tiles)\n"
+    "  --check  assert every query tile of every head is computed exactly once, each block's items follow\n"
+    "           the kernel's order, and (causal, Nq = Nk) every unit of two tiles holds m_blocks + 1 key tiles\n";
+
+enum { WG_M = 64, BLOCK_N = 128, MAX_ITEMS = 1 << 16 };
+
+typedef struct {
+    int batch, heads, seqlen, dim, causal, sms;
+} shape;
+
+typedef struct {
+    int block, ordinal, unit, batch, head, m_block, row0, rows, key_tiles, first_tile;
+} item;
+
+typedef struct {
+    int block_m, m_blocks, units_per_pair, units, blocks, n_items;
+    item items[MAX_ITEMS];
+} schedule;
+
+/* takes_many_items_config: !causal && 128-row items > SMs; then d64 has 3 consumers */
+static int consumers_of(const shape *s)
+{
+    long items128 = (long)((s->seqlen + 2 * WG_M - 1) / (2 * WG_M)) * s->heads * s->batch;
+    return !s->causal && items128 > s->sms && s->dim == 64 ? 3 : 2;
+}
+
+/* TileScheduler::item's n_blocks (seqlen_q = seqlen_k here: shift 0) */
+static int key_tiles_of(const shape *s, int block_m, int m_block)
+{
+    int m0 = m_block * block_m, key_end = s->causal ? (m0 + block_m < s->seqlen ? m0 + block_m : s->seqlen) : s->seqlen;
+    return (key_end + BLOCK_N - 1) / BLOCK_N;
+}
+
+/* TileScheduler and for_each_item, block by block */
+static void build(schedule *sc, const shape *s)
+{
+    sc->block_m = consumers_of(s) * WG_M;
+    sc->m_blocks = (s->seqlen + sc->block_m - 1) / sc->block_m;
+    sc->units_per_pair = s->causal ? (sc->m_blocks + 1) / 2 : sc->m_blocks;
+    sc->units = sc->units_per_pair * s->heads * s->batch;
+    sc->blocks = sc->units < s->sms ? sc->units : s->sms;
+    sc->n_items = 0;
+    int tiles_per_unit = s->causal ? 2 : 1;
+    for (int block = 0; block < sc->blocks; block++) {
+        int tile = 0, ordinal = 0;
+        for (long j = 0;; j++) {
+            long u = block + j / tiles_per_unit * sc->blocks;
+            if (u >= sc->units) break;
+            int pair = (int)(u / sc->units_per_pair), k = (int)(u % sc->units_per_pair);
+            int m_block = j % tiles_per_unit == 0 ? (s->causal ? sc->m_blocks - 1 - k : k) : k;
+            if (j % tiles_per_unit == 1 && k == sc->m_blocks - 1 - k) continue;
+            if (sc->n_items >= MAX_ITEMS) cli_error("more than %d work items", MAX_ITEMS);
+            item *it = &sc->items[sc->n_items++];
+            it->block = block, it->ordinal = ordinal, it->unit = (int)u, it->batch = pair / s->heads;
+            it->head = pair % s->heads, it->m_block = m_block, it->row0 = m_block * sc->block_m;
+            it->rows = s->seqlen - it->row0 < sc->block_m ? s->seqlen - it->row0 : sc->block_m;
+            it->key_tiles = key_tiles_of(s, sc->block_m, m_block), it->first_tile = tile;
+            tile += it->key_tiles, ordinal++;
+        }
+    }
+}
+
+static int block_tiles(const schedule *sc, int block)
+{
+    int t = 0;
+    for (int i = 0; i < sc->n_items; i++) t += sc->items[i].block == block ? sc->items[i].key_tiles : 0;
+    return t;
+}
+
+static void print_text(const schedule *sc, const shape *s)
+{
+    printf("step 12 at B%d H%d N%d d%d%s on %d SMs: %d consumers, BLOCK_M = %d, BLOCK_N = %d\n", s->batch, s->heads,
+           s->seqlen, s->dim, s->causal ? " causal" : "", s->sms, sc->block_m / WG_M, sc->block_m, BLOCK_N);
+    printf("%d q tiles per head; units of %s: %d per (batch, head) pair, %d in all; grid = min(units, SMs) = %d blocks\n",
+           sc->m_blocks, s->causal ? "two q tiles (m_blocks - 1 - k, then k)" : "one q tile", sc->units_per_pair,
+           sc->units, sc->blocks);
+    printf("block b takes units b, b + %d, ...; unit u is pair u / %d (batch, head), k = u %% %d\n\n", sc->blocks,
+           sc->units_per_pair, sc->units_per_pair);
+    printf("block | items in order: (batch, head, q tile) key tiles ...             | key tiles\n");
+    int min = 1 << 30, max = 0;
+    long total = 0;
+    for (int b = 0; b < sc->blocks; b++) {
+        int t = block_tiles(sc, b);
+        min = t < min ? t : min, max = t > max ? t : max, total += t;
+        if (b >= 6 && b < sc->blocks - 6) {
+            if (b == 6) printf("  ...\n");
+            continue;
+        }
+        printf("%5d |", b);
+        int shown = 0;
+        for (int i = 0; i < sc->n_items; i++) {
+            const item *it = &sc->items[i];
+            if (it->block != b) continue;
+            if (shown++ < 6) printf(" (%d,%d,%d) %d", it->batch, it->head, it->m_block, it->key_tiles);
+            else if (shown == 7) printf(" ...");
+        }
+        printf(" | %d\n", t);
+    }
+    printf("\nkey tiles per block: most %d, fewest %d, mean %.1f: the last block ends at %d, %.1f%% after the mean\n",
+           max, min, (double)total / sc->blocks, max, 100.0 * (max * sc->blocks - total) / total);
+}
+
+static void print_csv(const schedule *sc)
+{
+    printf("block,ordinal,unit,batch,head,m_block,row0,rows,key_tiles,first_tile,blocks,block_m\n");
+    for (int i = 0; i < sc->n_items; i++) {
+        const item *it = &sc->items[i];
+        printf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", it->block, it->ordinal, it->unit, it->batch, it->head,
+               it->m_block, it->row0, it->rows, it->key_tiles, it->first_tile, sc->blocks, sc->block_m);
+    }
+}
+
+static void check_shape(const shape *s)
+{
+    static schedule sc;
+    static unsigned char seen[MAX_ITEMS];
+    build(&sc, s);
+    memset(seen, 0, sizeof seen);
+    int once = 1, order = 1, units_equal = 1;
+    for (int i = 0; i < sc.n_items; i++) {
+        const item *it = &sc.items[i];
+        long index = ((long)it->batch * s->heads + it->head) * sc.m_blocks + it->m_block;
+        once &= seen[index] == 0, seen[index] = 1;
+        /* the kernel's order: a block's units ascend by gridDim.x; within a causal unit, the long tile first */
+        if (i > 0 && sc.items[i - 1].block == it->block) {
+            const item *prev = &sc.items[i - 1];
+            order &= it->unit == prev->unit ? (s->causal && prev->m_block > it->m_block)
+                                            : it->unit == prev->unit + sc.blocks;
+            order &= it->first_tile == prev->first_tile + prev->key_tiles;
+        }
+    }
+    for (long i = 0; i < (long)sc.m_blocks * s->heads * s->batch; i++) once &= seen[i] == 1;
+    if (s->causal && s->seqlen % sc.block_m == 0)
+        for (int u = 0; u < sc.units; u++) {
+            int tiles = 0, parts = 0;
+            for (int i = 0; i < sc.n_items; i++)
+                if (sc.items[i].unit == u) tiles += sc.items[i].key_tiles, parts++;
+            if (parts == 2) units_equal &= tiles == sc.m_blocks * sc.block_m / BLOCK_N + 1;
+        }
+    char name[200];
+    snprintf(name, sizeof name, "persistent_schedule B%d H%d N%d d%d%s on %d SMs: every (batch, head, q tile) is "
+             "computed exactly once", s->batch, s->heads, s->seqlen, s->dim, s->causal ? " causal" : "", s->sms);
+    check(once, name, "an item is computed twice or never");
+    snprintf(name, sizeof name, "persistent_schedule B%d H%d N%d d%d%s on %d SMs: each block takes units b, b + "
+             "gridDim.x, ... (long tile first), its items back to back", s->batch, s->heads, s->seqlen, s->dim,
+             s->causal ? " causal" : "", s->sms);
+    check(order, name, "a block's items are out of the kernel's order");
+    if (s->causal && s->seqlen % sc.block_m == 0) {
+        snprintf(name, sizeof name, "persistent_schedule B%d H%d N%d causal: every unit of two q tiles holds "
+                 "m_blocks + 1 = %d key tiles", s->batch, s->heads, s->seqlen, sc.m_blocks + 1);
+        check(units_equal, name, "units of unequal work");
+    }
+}
+
+static void run_checks(void)
+{
+    const shape shapes[] = {
+        {1, 16, 4096, 128, 1, 132}, {4, 16, 4096, 128, 1, 132}, {4, 16, 4096, 64, 0, 132},
+        {1, 3, 1000, 64, 1, 132},  {2, 5, 777, 128, 1, 7},      {16, 16, 1024, 64, 1, 132},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i]);
+}
+
+int main(int argc, char **argv)
+{
+    shape s = {1, 16, 4096, 128, 1, 132};
+    int csv = 0;
+    const cli_option opts[] = {
+        {"--batch", &s.batch, 1, 64, 1, NULL},
+        {"--heads", &s.heads, 1, 128, 1, NULL},
+        {"--seqlen", &s.seqlen, 1, 65536, 1, NULL},
+        {"--dim", &s.dim, 64, 128, 64, NULL},
+        {"--causal", &s.causal, 0, 1, 1, NULL},
+        {"--sms", &s.sms, 1, 1024, 1, NULL},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
+    };
+    parse_cli(argc, argv, usage, opts, sizeof opts / sizeof *opts, run_checks);
+    long tiles = (long)((s.seqlen + 2 * WG_M - 1) / (2 * WG_M)) * s.heads * s.batch;
+    if (tiles > MAX_ITEMS) cli_error("%ld q tiles is more than this program holds (%d)", tiles, MAX_ITEMS);
+    static schedule sc;
+    build(&sc, &s);
+    if (csv) print_csv(&sc);
+    else print_text(&sc, &s);
+    return 0;
+}
