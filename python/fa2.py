@@ -16,8 +16,8 @@ stream. What a step cannot compute raises ValueError with the step's own reason.
 Differentiable: where torch's grad mode is on and q, k or v requires grad, the call goes
 through a torch.autograd.Function whose backward runs fa2_backward of backward_step (default:
 the forward's step) on dO, the saved q, k, v, O and LSE (the forward then always computes
-LSE), on torch's current stream; its refusal (every GPU step computes the forward alone so
-far) raises ValueError from .backward() with the step's own reason. dQ, dK and dV come back
+LSE), on torch's current stream; its refusal (the GPU steps but 14 compute the forward
+alone) raises ValueError from .backward() with the step's own reason. dQ, dK and dV come back
 dense, in the dtype; LSE, returned with return_lse, is not differentiable. Elsewhere the call
 is the plain forward, with no autograd in its path.
     o = fa2.attention(q.requires_grad_(), k, v, causal=True, step="00")   # CPU tensors
@@ -205,7 +205,7 @@ def _backward(s, q, k, v, o, lse, dout, causal, scale):
     bp.dout, bp.dq, bp.dk, bp.dv = dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
     for prefix, t in (("dout", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
         _set_strides(bp, prefix, t)
-    # dQ's fp32 accumulators and D for step 00; torch's allocations are 16-byte aligned.
+    # dQ's fp32 accumulators and D (steps 00 and 14); torch's allocations are 16-byte aligned.
     need = s.backward_workspace_size(bp)
     workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
     bp.fwd.workspace, bp.fwd.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
