@@ -195,11 +195,15 @@ figures: $(filter .venv/bin/python,$(PLOT_PYTHON)) scratch-build
 .PHONY: reference-programs
 reference-programs: $(REFERENCE_TARGETS)
 
-TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_backward $(BUILD)/tests/test_checker $(BUILD)/tests/test_abi $(BUILD)/tests/test_limits $(BUILD)/tests/gpu_matrix
+TEST_PROGRAMS := $(BUILD)/tests/test_cpu $(BUILD)/tests/test_paged $(BUILD)/tests/test_backward $(BUILD)/tests/test_checker $(BUILD)/tests/test_abi $(BUILD)/tests/test_limits $(BUILD)/tests/gpu_matrix
 .PHONY: test-programs
 test-programs: $(TEST_PROGRAMS)
 
 $(BUILD)/tests/test_cpu: tests/test_cpu.c $(BUILD)/step00/kernel.o $(HARNESS_O) common/*.h tests/test_util.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< $(BUILD)/step00/kernel.o $(HARNESS_O) $(CUDA_LIBS) -o $@
+
+$(BUILD)/tests/test_paged: tests/test_paged.c $(BUILD)/step00/kernel.o $(HARNESS_O) common/*.h tests/test_util.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< $(BUILD)/step00/kernel.o $(HARNESS_O) $(CUDA_LIBS) -o $@
 

@@ -8,17 +8,28 @@
 
 void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu, size_t workspace_bytes)
 {
-    const fa2_params *p = &pr->p;
-    size_t nq = fa2_numel_q(p) * 2, nkv = fa2_numel_kv(p) * 2, nlse = fa2_numel_lse(p) * sizeof(float);
-    *run = *p;
+    fa2_problem_step_params(pr, run); /* dense, or K and V in pages */
+    size_t nq = fa2_numel_q(run) * 2, nkv = fa2_numel_kv_stored(run) * 2, nlse = fa2_numel_lse(run) * sizeof(float);
     if (on_gpu) {
         void *q = fa2_device_alloc(nq), *k = fa2_device_alloc(nkv), *v = fa2_device_alloc(nkv);
         fa2_device_upload(q, pr->q, nq);
-        fa2_device_upload(k, pr->k, nkv);
-        fa2_device_upload(v, pr->v, nkv);
+        fa2_device_upload(k, run->k, nkv);
+        fa2_device_upload(v, run->v, nkv);
         run->q = q;
         run->k = k;
         run->v = v;
+        if (run->seqlens_k) { /* the KV cache's arrays live where the step runs, as the tensors */
+            const size_t bytes = sizeof(int32_t) * (size_t)run->batch;
+            void *lens = fa2_device_alloc(bytes);
+            fa2_device_upload(lens, run->seqlens_k, bytes);
+            run->seqlens_k = lens;
+        }
+        if (run->block_table) {
+            const size_t bytes = sizeof(int32_t) * (size_t)run->batch * (size_t)run->block_table_batch_stride;
+            void *table = fa2_device_alloc(bytes);
+            fa2_device_upload(table, run->block_table, bytes);
+            run->block_table = table;
+        }
         run->o = fa2_device_alloc(nq);
         run->lse = fa2_device_alloc(nlse);
         run->workspace = workspace_bytes ? fa2_device_alloc(workspace_bytes) : NULL;
@@ -65,13 +76,16 @@ void fa2_buffers_free(fa2_params *run, int on_gpu)
         fa2_device_free(run->o);
         fa2_device_free(run->lse);
         if (run->workspace) fa2_device_free(run->workspace);
-    } else {
+        if (run->seqlens_k) fa2_device_free((void *)run->seqlens_k);
+        if (run->block_table) fa2_device_free((void *)run->block_table);
+    } else { /* q, k, v and the cache's arrays are the problem's */
         free(run->o);
         free(run->lse);
         free(run->workspace);
     }
     run->q = run->k = run->v = run->o = run->workspace = NULL;
     run->lse = NULL;
+    run->seqlens_k = run->block_table = NULL;
 }
 
 fa2_check_result fa2_check_problem(const fa2_problem *pr, check_mode mode, const uint16_t *o_host,

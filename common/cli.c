@@ -20,6 +20,10 @@ static const char *usage_text =
     "  --seqlen-k N       key rows (instead of --seqlen)\n"
     "  --dim N            head dimension                            (default 128)\n"
     "  --causal           bottom-right causal mask, as FlashAttention-2\n"
+    "  --seqlens-k LIST   each sequence's own key count, comma-separated, one per batch\n"
+    "                     entry, each 0 to seqlen_k (a KV cache: step 00 so far)\n"
+    "  --page-size N      K and V in pages of N keys (16 to 256, a power of two), shuffled\n"
+    "                     through the pool by --seed, every row no sequence owns NaN (step 00 so far)\n"
     "  --backward         also the backward: dQ, dK, dV checked against fp64 (given the\n"
     "                     step's O), then timed on a second line (step 00 only so far)\n"
     "  --dtype T          fp16 | bf16                               (default fp16)\n"
@@ -73,11 +77,32 @@ static double parse_real(const char *flag, const char *s, double lo, double hi)
     return v;
 }
 
+/* --seqlens-k: exactly `batch` integers from 0 to seqlen_k, comma-separated. */
+static int32_t *parse_seqlens(const char *text, int batch, int seqlen_k)
+{
+    char allowed[160];
+    snprintf(allowed, sizeof allowed, "%d comma-separated key counts (one per --batch entry), each from 0 to seqlen_k %d",
+             batch, seqlen_k);
+    int32_t *lens = fa2_xmalloc(sizeof(int32_t) * (size_t)batch, "the sequence lengths");
+    const char *at = text;
+    for (int b = 0; b < batch; b++) {
+        char *end = NULL;
+        errno = 0;
+        const long long v = strtoll(at, &end, 10);
+        if (errno || end == at || v < 0 || v > seqlen_k || *end != (b + 1 < batch ? ',' : '\0'))
+            die_usage("--seqlens-k", text, allowed);
+        lens[b] = (int32_t)v;
+        at = end + 1;
+    }
+    return lens;
+}
+
 const char *fa2_dtype_name(fa2_dtype t) { return t == FA2_BF16 ? "bf16" : "fp16"; }
 
 void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
 {
     int heads_kv = -1, seqlen = 1024, seqlen_q = -1, seqlen_k = -1, warmup = -1, iters = -1, given_seqlen = 0;
+    const char *seqlens_text = NULL;
     memset(opt, 0, sizeof *opt);
     opt->batch = 2;
     opt->heads_q = 8;
@@ -89,7 +114,7 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
 
     static const char *const with_value[] = {"--batch", "--heads", "--kv-heads", "--seqlen", "--seqlen-q",
                                              "--seqlen-k", "--dim", "--dtype", "--seed", "--scale",
-                                             "--warmup", "--iters", "--check", "--csv"};
+                                             "--warmup", "--iters", "--check", "--csv", "--seqlens-k", "--page-size"};
     enum { N_FLAGS = sizeof with_value / sizeof *with_value };
     const char *given[N_FLAGS] = {0}; /* the value each flag was given, to refuse a second one */
     for (int i = 1; i < argc; i++) {
@@ -150,7 +175,12 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
         else if (!strcmp(flag, "--scale")) opt->input_scale = (float)parse_real(flag, val, 1e-3, 100.0);
         else if (!strcmp(flag, "--warmup")) warmup = (int)parse_int(flag, val, 0, 100000);
         else if (!strcmp(flag, "--iters")) iters = (int)parse_int(flag, val, 1, 100000);
-        else if (!strcmp(flag, "--csv")) {
+        else if (!strcmp(flag, "--page-size")) {
+            opt->page_size = (int)parse_int(flag, val, 16, 256);
+            if (opt->page_size & (opt->page_size - 1)) die_usage(flag, val, "a power of two from 16 to 256");
+        } else if (!strcmp(flag, "--seqlens-k")) {
+            seqlens_text = val; /* parsed once --batch and the seqlen are known */
+        } else if (!strcmp(flag, "--csv")) {
             if (!*val) die_usage(flag, val, "a file path");
             opt->csv_path = val;
         } else if (!strcmp(flag, "--dtype")) {
@@ -180,6 +210,7 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
     }
     opt->seqlen_q = seqlen_q < 0 ? seqlen : seqlen_q;
     opt->seqlen_k = seqlen_k < 0 ? seqlen : seqlen_k;
+    if (seqlens_text) opt->seqlens_k = parse_seqlens(seqlens_text, opt->batch, opt->seqlen_k);
     opt->warmup = warmup >= 0 ? warmup : (runs_on_gpu ? 10 : 0);
     opt->iters = iters >= 0 ? iters : (runs_on_gpu ? 100 : 3);
     if (opt->csv_path) {
@@ -203,6 +234,7 @@ void fa2_params_from_options(const fa2_options *opt, fa2_params *p)
     p->seqlen_k = opt->seqlen_k;
     p->head_dim = opt->head_dim;
     p->causal = opt->causal;
+    p->seqlens_k = opt->seqlens_k; /* host memory: fa2_problem_make copies it */
     p->dtype = opt->dtype;
     p->softmax_scale = (float)(1.0 / sqrt((double)opt->head_dim));
     fa2_set_dense_strides(p);

@@ -27,12 +27,22 @@
  * and 0 x NaN = NaN, so a NaN in V may also reach rows of that tile that do not
  * see its key (torch's math backend multiplies every key's weight by V too).
  *
+ * A KV cache (the fields after the workspace): per-sequence key lengths, and K
+ * and V in pages gathered through a block table, as vLLM's paged attention and
+ * flash_attn_with_kvcache take them; the struct below says how.
+ *
  * What every step refuses (fa2_supports says why in one line; fa2_forward then
  * returns FA2_ERR_UNSUPPORTED and touches no memory): a softmax_scale that is not
  * finite and > 0; a stride < 1; an O whose strides make two elements share an
  * address (two threads would race to write it); base pointers not aligned to
  * their element (2 bytes, LSE 4); a seqlen over 2^30 or a tensor whose largest
- * element offset overflows 2^62 bytes. Steps refuse more where their kernel
+ * element offset overflows 2^62 bytes; a KV cache whose fields disagree (page
+ * fields without a block table, a page_size that is not a power of two from 16
+ * to 256, fewer than seqlen_k keys of pages per sequence, an int32 array not
+ * 4-byte aligned or overlapping an output). The values inside seqlens_k and
+ * block_table lie in memory no check reads (the GPU's): a length past seqlen_k
+ * or a page past num_pages is the caller's error, which step 00, reading them
+ * on the host, refuses before it computes. Steps refuse more where their kernel
  * needs it (head dims, 16-byte alignment of bases and strides, grid limits; a
  * step that needs a workspace, one smaller than fa2_workspace_size says, not
  * 16-byte aligned, or overlapping a tensor).
@@ -75,6 +85,35 @@ typedef struct {
      * sits in the timed path and two calls on two streams need two workspaces. */
     void *workspace;
     size_t workspace_bytes;
+
+    /* ---- a KV cache: per-sequence lengths and pages (both optional; zeroed params
+     * use neither). Memory as the other tensors': the GPU's for a GPU step, the
+     * host's for step 00. Only steps that say so take them (step 00 so far); the
+     * others refuse them in one line (fa2_refuse_kv_cache in validate.h). ---- */
+
+    /* int32 [batch]: sequence b has seqlens_k[b] keys, 0 .. seqlen_k, its first ones;
+     * seqlen_k is then the longest any may have (the capacity of K and V, and the
+     * bound the ABI's checks use). NULL: every sequence has seqlen_k keys. Causal
+     * stays bottom-right per sequence: row i of sequence b sees key j iff
+     * j <= i + seqlens_k[b] - seqlen_q (its query rows are the last of its own
+     * sequence). A sequence of length 0 writes O = 0 and LSE = -inf on every row.
+     * (flash_attn_with_kvcache calls this cache_seqlens; FA2's kernel seqused_k.) */
+    const int32_t *seqlens_k;
+
+    /* int32 [batch][block_table_batch_stride]: key t of sequence b lives in page
+     * block_table[b][t / page_size], at row t % page_size of that page; entries
+     * 0 .. max_pages - 1 of a row are the sequence's pages in order, each in
+     * 0 .. num_pages - 1, and only those its keys reach are read. NULL: K and V are
+     * dense, [batch, seqlen_k, heads_kv, head_dim], and the four fields below are 0.
+     * Given, K and V are page pools, [num_pages, page_size, heads_kv, head_dim]:
+     * k_batch_stride and v_batch_stride are then the strides between pages, the
+     * row and head strides those inside a page. Two sequences may share a page
+     * (a common prefix); nothing is written to K or V. */
+    const int32_t *block_table;
+    int64_t block_table_batch_stride; /* elements between the rows of block_table: >= max_pages */
+    int max_pages;                    /* entries per row: max_pages * page_size >= seqlen_k */
+    int page_size;                    /* keys per page: a power of two, 16 to 256 */
+    int num_pages;                    /* pages in each of the K and V pools: >= 1 */
 } fa2_params;
 
 /* Error codes returned by fa2_forward. */

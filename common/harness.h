@@ -20,6 +20,8 @@ typedef enum { CHECK_SAMPLE = 0, CHECK_FULL = 1, CHECK_OFF = 2 } check_mode;
 typedef struct {
     int batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim;
     int causal;
+    int32_t *seqlens_k; /* --seqlens-k: [batch] key counts, or NULL: every sequence has seqlen_k */
+    int page_size;      /* --page-size: K and V in shuffled pages of this many keys, or 0: dense */
     int plan; /* --plan: print the configuration, run nothing */
     int backward; /* --backward: also check and time the backward (fa2_backward) */
     fa2_dtype dtype;
@@ -41,8 +43,15 @@ const char *fa2_dtype_name(fa2_dtype t);
 
 /* ---- problem data (data.c) ---- */
 typedef struct {
-    fa2_params p;       /* host pointers q, k, v (dense layout); o and lse unused */
+    fa2_params p;       /* host pointers q, k, v (dense layout) and seqlens_k; o and lse unused */
     uint16_t *q, *k, *v; /* dense [batch, seqlen, heads, head_dim], rounded to dtype */
+    int32_t *seqlens_k;  /* [batch], the problem's own copy, or NULL: every sequence has seqlen_k keys */
+    /* The same keys in pages (fa2_problem_page), or NULL: the step then reads k and v.
+     * The dense k and v stay the truth the fp64 reference reads, so a wrong page
+     * lookup in a step cannot hide behind the same lookup in the reference. */
+    uint16_t *k_pages, *v_pages; /* [num_pages, page_size, heads_kv, head_dim] */
+    int32_t *block_table;        /* [batch][max_pages] */
+    int page_size;               /* keys per page, 0 when dense */
 } fa2_problem;
 
 /* malloc, or one line naming what could not be allocated and exit FA2_EXIT_RUNTIME. */
@@ -51,10 +60,27 @@ void *fa2_xmalloc(size_t bytes, const char *what);
 /* Deterministic inputs rounded to the dtype: Q and K from N(0, scale^2), V from N(0, 1). */
 void fa2_problem_make(fa2_problem *pr, const fa2_params *shape, uint64_t seed, float scale);
 void fa2_problem_free(fa2_problem *pr);
+/* Sets p's page fields for page_size-key pages (a power of two, 16 to 256) of the keys
+ * p's sequences have (p->seqlens_k, read on the host, or seqlen_k each): max_pages
+ * for seqlen_k keys, a pool of every sequence's pages plus batch + 1 that no sequence
+ * owns, a table row of max_pages entries, and K's and V's strides: dense rows inside
+ * a page, the page stride as the batch stride. The pointers are left as they are. */
+void fa2_page_layout(fa2_params *p, int page_size);
+/* Copies pr's K and V into pages of page_size keys (fa2_page_layout), the pages of
+ * all sequences shuffled through the pool by `seed`; every row no key of a sequence
+ * occupies (pages no one owns, the tail of a sequence's last page) holds NaN, and
+ * table entries past a sequence's keys name an unowned page, so a key read that is
+ * not the sequence's reaches O as NaN. */
+void fa2_problem_page(fa2_problem *pr, int page_size, uint64_t seed);
+/* The params a step is given for pr, on the host: pr->p, paged when pr is. */
+void fa2_problem_step_params(const fa2_problem *pr, fa2_params *step);
+/* Elements of K (or V) as stored: the page pool when paged, else fa2_numel_kv. */
+size_t fa2_numel_kv_stored(const fa2_params *p);
 size_t fa2_numel_q(const fa2_params *p);
 size_t fa2_numel_kv(const fa2_params *p);
 size_t fa2_numel_lse(const fa2_params *p);
-/* Query-key pairs one head computes (causal: only the visible ones). */
+/* Query-key pairs one head computes (causal: only the visible ones), the mean over
+ * the batch when its sequences have lengths of their own (p->seqlens_k, host). */
 double fa2_visible_pairs(const fa2_params *p);
 /* 4 * batch * heads_q * visible pairs * head_dim: two GEMMs, 2 flop per MAC. */
 double fa2_flops(const fa2_params *p);

@@ -37,21 +37,25 @@ static void write_csv(FILE *f, const char *step, const fa2_params *p, const char
     fputs("\"\n", f);
 }
 
-/* Distinct, aligned stand-ins for q, k, v, o, lse and then the workspace, laid out
+/* Distinct, aligned stand-ins for q, k, v, o, lse, the KV cache's arrays (where p has
+ * lengths or a page layout) and then the workspace, laid out
  * one after the other as the buffers will be, so the step can answer before
  * anything is allocated (it reads no memory through them). Returns the first
  * address past them. */
 static uintptr_t stand_in_pointers(fa2_params *p)
 {
     uintptr_t at = 4096;
-    const size_t bytes[5] = {fa2_numel_q(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_kv(p) * 2, fa2_numel_q(p) * 2,
-                             fa2_numel_lse(p) * sizeof(float)};
-    void *ptrs[5];
-    for (int i = 0; i < 5; i++) {
+    const size_t bytes[7] = {fa2_numel_q(p) * 2, fa2_numel_kv_stored(p) * 2, fa2_numel_kv_stored(p) * 2,
+                             fa2_numel_q(p) * 2, fa2_numel_lse(p) * sizeof(float), sizeof(int32_t) * (size_t)p->batch,
+                             sizeof(int32_t) * (size_t)p->batch * (size_t)p->block_table_batch_stride};
+    void *ptrs[7];
+    for (int i = 0; i < 7; i++) {
         ptrs[i] = (void *)at;
         at += (bytes[i] + 4095) / 4096 * 4096;
     }
     p->q = ptrs[0], p->k = ptrs[1], p->v = ptrs[2], p->o = ptrs[3], p->lse = ptrs[4];
+    if (p->seqlens_k) p->seqlens_k = ptrs[5];
+    if (p->page_size) p->block_table = ptrs[6];
     p->workspace_bytes = fa2_workspace_size(p); /* asked with the tensors set, as the ABI says */
     p->workspace = p->workspace_bytes ? (void *)at : NULL;
     return at + (p->workspace_bytes + 4095) / 4096 * 4096;
@@ -129,10 +133,12 @@ static int time_launches(int (*launch)(const void *), const void *ctx, int on_gp
 }
 
 /* The shape, as both result lines start. */
-static void print_shape(const fa2_params *p)
+static void print_shape(const fa2_params *p, int page_size)
 {
     printf("%-20s %s B%d H%d/%d Nq%d Nk%d d%d %s", fa2_name(), fa2_dtype_name(p->dtype), p->batch, p->heads_q,
            p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->causal ? "causal" : "non-causal");
+    if (p->seqlens_k) printf(" (Nk per sequence)");
+    if (page_size) printf(" (K, V in pages of %d)", page_size);
 }
 
 int main(int argc, char **argv)
@@ -151,6 +157,7 @@ int main(int argc, char **argv)
         return FA2_EXIT_USAGE;
     }
     fa2_params probe = p;
+    if (opt.page_size) fa2_page_layout(&probe, opt.page_size); /* reads the lengths: host memory still */
     const uintptr_t past_probe = stand_in_pointers(&probe);
     if (!fa2_supports(&probe, why, sizeof why)) {
         fprintf(stderr, "error: step %s does not support these params: %s\n", fa2_name(), why);
@@ -201,6 +208,7 @@ int main(int argc, char **argv)
 
     fa2_problem pr;
     fa2_problem_make(&pr, &p, opt.seed, opt.input_scale);
+    if (opt.page_size) fa2_problem_page(&pr, opt.page_size, opt.seed);
     uint16_t *o_host = fa2_xmalloc(fa2_numel_q(&p) * sizeof(uint16_t), "the host copy of O");
     float *lse_host = fa2_xmalloc(fa2_numel_lse(&p) * sizeof(float), "the host copy of LSE");
 
@@ -252,7 +260,7 @@ int main(int argc, char **argv)
     double tflops = fa2_flops(&p) / (t.median * 1e-3) / 1e12;
     const char *status = !checked ? "UNCHECKED" : (chk.pass ? "PASS" : "FAIL");
 
-    print_shape(&p);
+    print_shape(&p, opt.page_size);
     printf(" [%s] | %s", config, status);
     if (checked) {
         printf(" rel_l2 %.1e max_abs %.1e lse %.1e (%d rows)", chk.rel_l2, chk.max_abs, chk.lse_max, chk.rows_checked);
@@ -282,7 +290,7 @@ int main(int argc, char **argv)
         const double btflops = 2.5 * fa2_flops(&p) / (bt.median * 1e-3) / 1e12;
         const char *bstatus = !bwd_checked ? "UNCHECKED" : (bchk.pass ? "PASS" : "FAIL");
         bwd_failed = bwd_checked && !bchk.pass;
-        print_shape(&p);
+        print_shape(&p, opt.page_size);
         printf(" backward | %s", bstatus);
         double rel_max = 0, abs_max = 0;
         if (bwd_checked) {
@@ -314,5 +322,6 @@ int main(int argc, char **argv)
     free(lse_host);
     fa2_buffers_free(&run, on_gpu);
     fa2_problem_free(&pr);
+    free(opt.seqlens_k);
     return (checked && !chk.pass) || bwd_failed ? FA2_EXIT_CHECK : 0;
 }

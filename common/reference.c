@@ -1,5 +1,6 @@
 /* reference.c - the fp64 reference: softmax(scale * q K^T) V for chosen rows,
- * computed from the same dtype-rounded inputs the kernel reads. */
+ * computed from the same dtype-rounded inputs the kernel reads: the dense K and V,
+ * whatever pages the step reads them from, each sequence to its own length. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,7 +95,6 @@ void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, fa2_refere
 {
     const fa2_params *p = &pr->p;
     const int d = p->head_dim, group = p->heads_q / p->heads_kv;
-    const long long shift = (long long)p->seqlen_k - p->seqlen_q;
 
 #pragma omp parallel
     {
@@ -104,8 +104,11 @@ void fa2_reference_rows(const fa2_problem *pr, const fa2_row_set *rs, fa2_refere
         for (int r = 0; r < rs->n; r++) {
             int b = rs->bh[r] / p->heads_q, h = rs->bh[r] % p->heads_q, hk = h / group, i = rs->row[r];
             const uint16_t *qrow = pr->q + b * p->q_batch_stride + (int64_t)i * p->q_row_stride + h * p->q_head_stride;
-            long long visible = p->causal ? i + shift + 1 : p->seqlen_k;
-            if (visible > p->seqlen_k) visible = p->seqlen_k;
+            /* The sequence's own keys, the first nk of the dense K and V: causal is
+             * bottom-right within them (fa2.h). */
+            const long long nk = pr->seqlens_k ? pr->seqlens_k[b] : p->seqlen_k, shift = nk - p->seqlen_q;
+            long long visible = p->causal ? i + shift + 1 : nk;
+            if (visible > nk) visible = nk;
             double *o = ref->o + (size_t)r * d, *spread = ref->o_spread + (size_t)r * d;
             memset(o, 0, sizeof(double) * (size_t)d);
             memset(spread, 0, sizeof(double) * (size_t)d);

@@ -64,13 +64,15 @@ static int dims_nest(const dim d_in[4])
 static const char *const TENSOR_NAMES[4] = {"q", "k", "v", "o"};
 static const char *const DIM_NAMES[4] = {"", "row", "head", "batch"}; /* as in the ABI's <tensor>_<dim>_stride */
 
-/* The base pointers and the dims of q, k, v and o, in that order. */
+/* The base pointers and the dims of q, k, v and o, in that order. Paged K and V
+ * are pools of num_pages pages of page_size rows, their batch stride the page's. */
 static void tensors_of(const fa2_params *p, const void *bases[4], dim d[4][4])
 {
+    const int kv_outer = p->block_table ? p->num_pages : p->batch, kv_rows = p->block_table ? p->page_size : p->seqlen_k;
     bases[0] = p->q, bases[1] = p->k, bases[2] = p->v, bases[3] = p->o;
     dims_of(d[0], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->q_batch_stride, p->q_row_stride, p->q_head_stride);
-    dims_of(d[1], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
-    dims_of(d[2], p->batch, p->seqlen_k, p->heads_kv, p->head_dim, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
+    dims_of(d[1], kv_outer, kv_rows, p->heads_kv, p->head_dim, p->k_batch_stride, p->k_row_stride, p->k_head_stride);
+    dims_of(d[2], kv_outer, kv_rows, p->heads_kv, p->head_dim, p->v_batch_stride, p->v_row_stride, p->v_head_stride);
     dims_of(d[3], p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->o_batch_stride, p->o_row_stride, p->o_head_stride);
 }
 
@@ -83,6 +85,50 @@ static range bytes_of(const void *base, int64_t last_offset, int elem_bytes)
 }
 /* lse is [batch, heads_q, seqlen_q] floats: < 2^62 bytes, the sizes are capped above. */
 static range lse_bytes(const fa2_params *p) { return bytes_of(p->lse, (int64_t)p->batch * p->heads_q * p->seqlen_q - 1, 4); }
+
+/* The byte ranges of the KV cache's int32 arrays (fa2_validate_params passed):
+ * seqlens_k [batch] and block_table [batch][block_table_batch_stride], read up to
+ * entry max_pages - 1 of the last row. A missing one gets an empty range. */
+static const char *const CACHE_NAMES[2] = {"seqlens_k", "block_table"};
+static void cache_ranges(const fa2_params *p, range r[2])
+{
+    const range none = {1, 0}; /* first > last: overlaps nothing */
+    r[0] = p->seqlens_k ? bytes_of(p->seqlens_k, p->batch - 1, 4) : none;
+    r[1] = p->block_table ? bytes_of(p->block_table, (p->batch - 1) * p->block_table_batch_stride + p->max_pages - 1, 4)
+                          : none;
+}
+
+/* The KV cache's fields against each other and the shape, before the tensors' checks
+ * (paged K and V take their dims from num_pages and page_size). Reads no memory: the
+ * lengths and pages themselves lie where a GPU step keeps them. */
+static int check_kv_cache(const fa2_params *p, char *why, size_t why_len)
+{
+    if ((uintptr_t)p->seqlens_k % 4)
+        REFUSE("seqlens_k at address %p (allowed: 4-byte aligned, an int32 per sequence)", (const void *)p->seqlens_k);
+    if (!p->block_table) {
+        /* a page field with no table is a caller who forgot the table: say so rather than
+         * read K and V as dense */
+        if (p->page_size || p->max_pages || p->num_pages || p->block_table_batch_stride)
+            REFUSE("page_size %d, max_pages %d, num_pages %d, block_table_batch_stride %lld without a block_table "
+                   "(allowed: all 0 when block_table is NULL, K and V dense)", p->page_size, p->max_pages, p->num_pages,
+                   (long long)p->block_table_batch_stride);
+        return 1;
+    }
+    if ((uintptr_t)p->block_table % 4)
+        REFUSE("block_table at address %p (allowed: 4-byte aligned, int32 page indices)", (const void *)p->block_table);
+    if (p->page_size < 16 || p->page_size > 256 || (p->page_size & (p->page_size - 1)))
+        REFUSE("page_size %d with a block_table (allowed: a power of two from 16 to 256 keys)", p->page_size);
+    if (p->num_pages < 1) REFUSE("num_pages %d with a block_table (allowed: >= 1 page in the K and V pools)", p->num_pages);
+    if (p->max_pages < 1) REFUSE("max_pages %d with a block_table (allowed: >= 1 entry per sequence)", p->max_pages);
+    if ((int64_t)p->max_pages * p->page_size < p->seqlen_k)
+        REFUSE("max_pages %d x page_size %d = %lld keys per sequence, below seqlen_k %d (allowed: pages for the "
+               "longest sequence, seqlen_k keys)", p->max_pages, p->page_size, (long long)p->max_pages * p->page_size,
+               p->seqlen_k);
+    if (p->block_table_batch_stride < p->max_pages || p->block_table_batch_stride > MAX_OFFSET / p->batch)
+        REFUSE("block_table_batch_stride %lld (allowed: max_pages %d to 2^61 / batch, elements between the rows of the "
+               "table)", (long long)p->block_table_batch_stride, p->max_pages);
+    return 1;
+}
 
 /* One tensor's own checks: strides >= 1, its base 2-byte aligned, every offset below
  * MAX_OFFSET. 1 and its byte range in *r if they pass; otherwise 0 and one line in why. */
@@ -114,12 +160,18 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
     if (!isfinite(p->softmax_scale) || !(p->softmax_scale > 0))
         REFUSE("softmax_scale %g (allowed: finite and > 0)", (double)p->softmax_scale);
 
+    if (!check_kv_cache(p, why, why_len)) return 0;
+
     const void *bases[4];
     dim d[4][4];
     tensors_of(p, bases, d);
     range ranges[4];
     for (int t = 0; t < 4; t++)
         if (!check_tensor(TENSOR_NAMES[t], bases[t], d[t], &ranges[t], why, why_len)) return 0;
+    range cache[2];
+    cache_ranges(p, cache);
+    for (int c = 0; c < 2; c++)
+        if (overlap(ranges[3], cache[c])) REFUSE("o overlaps %s (allowed: an output apart from the inputs)", CACHE_NAMES[c]);
     if (!dims_nest(d[3]))
         REFUSE("o strides (batch %lld, row %lld, head %lld) let two elements share an address (allowed: strides that "
                "nest, so every element of O is written once)", (long long)p->o_batch_stride, (long long)p->o_row_stride,
@@ -131,7 +183,19 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
         const range lse = lse_bytes(p);
         for (int t = 0; t < 4; t++)
             if (overlap(lse, ranges[t])) REFUSE("lse overlaps %s (allowed: an output apart from the others)", TENSOR_NAMES[t]);
+        for (int c = 0; c < 2; c++)
+            if (overlap(lse, cache[c])) REFUSE("lse overlaps %s (allowed: an output apart from the inputs)", CACHE_NAMES[c]);
     }
+    return 1;
+}
+
+int fa2_refuse_kv_cache(const fa2_params *p, char *why, size_t why_len)
+{
+    if (p->seqlens_k)
+        REFUSE("seqlens_k given (allowed: NULL; this step takes one seqlen_k for the whole batch; step 00 takes "
+               "per-sequence lengths)");
+    if (p->block_table)
+        REFUSE("block_table given (allowed: NULL; this step reads dense K and V; step 00 reads them in pages)");
     return 1;
 }
 
@@ -178,6 +242,10 @@ int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t w
     tensors_of(p, bases, d);
     if (!workspace_apart(ws, bases, d, TENSOR_NAMES, why, why_len)) return 0;
     if (p->lse && overlap(ws, lse_bytes(p))) REFUSE("workspace overlaps lse (allowed: memory apart from every tensor)");
+    range cache[2];
+    cache_ranges(p, cache);
+    for (int c = 0; c < 2; c++)
+        if (overlap(ws, cache[c])) REFUSE("workspace overlaps %s (allowed: memory apart from every tensor)", CACHE_NAMES[c]);
     return 1;
 }
 
@@ -201,6 +269,9 @@ int fa2_validate_bwd_params(const fa2_bwd_params *bp, char *why, size_t why_len)
     if (!bp) REFUSE("params is NULL");
     const fa2_params *p = &bp->fwd;
     if (!fa2_validate_params(p, why, why_len)) return 0;
+    /* No backward reads a KV cache: training attends over dense K and V of one length. */
+    if (p->seqlens_k) REFUSE("seqlens_k given to the backward (allowed: NULL; the backward takes one seqlen_k for the batch)");
+    if (p->block_table) REFUSE("block_table given to the backward (allowed: NULL; the backward reads dense K and V)");
     if (!p->lse) REFUSE("lse is NULL (allowed: the forward's LSE, from which the backward recomputes P)");
     if (!bp->dout || !bp->dq || !bp->dk || !bp->dv) REFUSE("dout, dq, dk and dv must all be set");
     const void *bases[4], *fwd_bases[4];

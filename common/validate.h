@@ -20,6 +20,13 @@ extern "C" {
  * and one line naming the field, its value and what is allowed in why. */
 int fa2_validate_params(const fa2_params *p, char *why, size_t why_len);
 
+/* The one line a step that computes dense K and V of one length gives a KV cache:
+ * 1 if p has neither seqlens_k nor block_table, otherwise 0 and a line naming the
+ * field in why. Every GPU step calls it after fa2_validate_params; step 13 too,
+ * until its kernel reads per-sequence lengths and pages (the decode step is where
+ * they belong), and then it calls it no more and the line names step 13 too. */
+int fa2_refuse_kv_cache(const fa2_params *p, char *why, size_t why_len);
+
 /* 1 if q, k, v, o and every stride in bytes are multiples of `bytes` (16 for a
  * kernel that moves 16-byte chunks); otherwise 0, naming the first that is not
  * and the kernel's `need` ("16-byte cp.async copies") in why. */
@@ -29,7 +36,8 @@ int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, cha
  * and lse (a step that needs a workspace calls this); otherwise 0 and one line. */
 int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t why_len);
 
-/* The backward's checks: fa2_validate_params on its forward params, an LSE to read,
+/* The backward's checks: fa2_validate_params on its forward params, no KV cache (no
+ * backward reads one), an LSE to read,
  * dout, dq, dk and dv set, their strides and alignment as the forward's tensors', and
  * dq, dk and dv each written once, apart from every input and from each other. */
 int fa2_validate_bwd_params(const fa2_bwd_params *p, char *why, size_t why_len);

@@ -18,9 +18,11 @@ from shapes import read_shapes, visible_pairs  # noqa: E402
 
 INT_FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal")
 
-# The steps renumbered on 2026-11-24 (results/README.md): the CSVs of runs before it name
-# them as they were then, and their rows count as the step's name now.
+# The steps renamed or renumbered since (results/README.md maps every old name): the CSVs of
+# earlier runs name them as they were then, and their rows count as the step's name now.
 RENAMED = {
+    "07_hopper_wgmma": "11_intra_warpgroup_overlap",
+    "08_hopper_wgmma": "11_intra_warpgroup_overlap",
     "08_wgmma_tma": "09_wgmma",
     "09_warp_specialized": "10_warp_specialized",
     "10_intra_warpgroup_overlap": "11_intra_warpgroup_overlap",
@@ -110,6 +112,11 @@ def gpu_of(rows, wanted=None):
 def on_gpu(rows, gpu):
     """The rows of one GPU, with step 00's CPU rows of the same run (the CSV holds one machine's run)."""
     return [r for r in rows if r["device"] in (gpu, "CPU")]
+
+
+def shown(path):
+    """A CSV's path as a plot names it: relative to the repository."""
+    return os.path.relpath(path, ROOT)
 
 
 def date_range(rows):

@@ -102,7 +102,8 @@ def main():
     seqlen = f"N={nq}" if nq == nk else f"Nq={nq}, Nk={nk}"
     ax.set_ylabel("TFLOP/s, log scale (4·B·H·visible pairs·d / time)", fontsize=11)
     ax.set_title(f"FlashAttention-2 forward, step by step: {dtype}, B={b}, H={h}{gqa}, {seqlen}, d={d}, "
-                 f"{'causal' if causal else 'non-causal'}\n{gpu}, {csvdata.date_range(rows)}; step 00 on the host CPU",
+                 f"{'causal' if causal else 'non-causal'}\n{gpu}, {csvdata.date_range(rows)}; step 00 on the host CPU\n"
+                 f"make compare, median of rounds: {csvdata.shown(a.csv)}",
                  fontsize=12)
     ax.grid(axis="y", which="both", alpha=0.25, zorder=0)
     ax.spines[["top", "right"]].set_visible(False)

@@ -72,7 +72,8 @@ def main():
     ax.set_xlabel(f"sequence length N (batch = {a.tokens} / N)", fontsize=11)
     ax.set_ylabel("TFLOP/s", fontsize=11)
     ax.set_title(f"TFLOP/s vs sequence length: {a.dtype}, H={a.heads}, d={a.dim}, non-causal, "
-                 f"batch x N = {a.tokens}\n{gpu}, {csvdata.date_range(rows)}", fontsize=12)
+                 f"batch x N = {a.tokens}\n{gpu}, {csvdata.date_range(rows)}\nmake compare SHAPES=all, median of rounds: {csvdata.shown(a.csv)}",
+                 fontsize=12)
     ax.grid(alpha=0.3)
     ax.spines[["top", "right"]].set_visible(False)
     ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=10, frameon=False)

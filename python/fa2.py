@@ -46,6 +46,10 @@ class Fa2Params(ctypes.Structure):
         ("softmax_scale", ctypes.c_float), ("causal", ctypes.c_int),
         ("dtype", ctypes.c_int),  # fa2_dtype, a C enum: int-sized; FA2_FP16 = 0, FA2_BF16 = 1
         ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_size_t),
+        # the KV cache: NULL and zeros here, dense K and V of one length
+        ("seqlens_k", ctypes.c_void_p), ("block_table", ctypes.c_void_p),
+        ("block_table_batch_stride", ctypes.c_int64),
+        ("max_pages", ctypes.c_int), ("page_size", ctypes.c_int), ("num_pages", ctypes.c_int),
     ]
 
 

@@ -95,11 +95,14 @@ if [ "$set_name" = decode ]; then
 fi
 
 torch_ok=0
-if "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
-  torch_ok=1
-else
-  echo "compare: $PYTHON cannot import torch with CUDA: torch SDPA rows skipped (pip install torch to add them)"
-fi
+# Bounded: once, on a freshly started machine, a compare stopped here (after its ceiling
+# probes, before its first shape) for 20 minutes; without torch it says so and goes on.
+timeout 300 "$PYTHON" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1
+case $? in
+  0) torch_ok=1 ;;
+  124) echo "compare: $PYTHON took more than 300 s to import torch and open the GPU: torch SDPA rows skipped" ;;
+  *) echo "compare: $PYTHON cannot import torch with CUDA: torch SDPA rows skipped (pip install torch to add them)" ;;
+esac
 torch_backends=(flash cudnn efficient math default)
 
 runs=0 failed=0 unsupported=0

@@ -171,7 +171,7 @@ static double s_ws_bytes(const fa2_params *p)
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
 #define REFUSE(...) do { if (why) snprintf(why, why_len, __VA_ARGS__); return 0; } while (0)
-    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
     // 16-bit elements: rows of a multiple of 8 are 16-byte aligned, which cuBLAS's tensor-core GEMMs need.
     if (p->head_dim % 8 || p->head_dim > 256)
         REFUSE("head_dim %d (allowed: a multiple of 8 up to 256)", p->head_dim);

@@ -64,6 +64,7 @@ else
 fi
 
 run_program cpu-step00 build/tests/test_cpu
+run_program kv-cache-step00 build/tests/test_paged
 run_program backward build/tests/test_backward
 run_program checker build/tests/test_checker
 run_program scratch bash scratch/test.sh
@@ -83,6 +84,10 @@ bad_inputs=(
   "--causal=1" "positional" "--csv=" "--seqlen 64 --seqlen-q 32" "--seqlen-k 32 --seqlen 64"
   "--batch 2 --batch 3" "--causal --causal" "--csv $LOG/no-such-dir/out.csv"
   "--backward --backward" "--backward=1"
+  "--page-size 48" "--page-size 8" "--page-size 512" "--page-size 16 --page-size 32"
+  "--batch 2 --seqlens-k 1,2,3" "--batch 2 --seqlens-k 5" "--batch 2 --seqlens-k 5,x" "--batch 2 --seqlens-k 5,"
+  "--batch 2 --seqlen-k 100 --seqlens-k 5,101" "--batch 2 --seqlens-k -1,5"
+  "--batch 2 --seqlens-k 5,7 --backward" "--page-size 16 --backward"
 )
 for args in "${bad_inputs[@]}"; do
   # shellcheck disable=SC2086
@@ -106,6 +111,13 @@ for args in "--seqlen 100 --heads 2 --batch 1" "--seqlen-q 33 --seqlen-k 150 --c
             "--seqlen-q 150 --seqlen-k 33 --causal --check full" "--seqlen 70 --scale 4 --heads 2" \
             "--seqlen 300 --heads 2 --scale 30" "--seqlen 300 --heads 2 --scale 100" \
             "--seqlen 300 --heads 2 --scale 30 --dtype bf16" "--seqlen 300 --heads 2 --scale 100 --dtype bf16"; do
+  # shellcheck disable=SC2086
+  expect_pass "step 00 $args" build/step00/fa2 $args --iters 1
+done
+# a KV cache: per-sequence lengths (0, 1, a page boundary, all), K and V in shuffled pages
+for args in "--batch 4 --seqlen-q 4 --seqlen-k 300 --seqlens-k 0,1,64,300 --causal --page-size 64 --kv-heads 2" \
+            "--batch 3 --seqlen-q 1 --seqlen-k 600 --seqlens-k 17,0,600 --page-size 16 --dtype bf16 --heads 4 --kv-heads 1" \
+            "--batch 2 --seqlen 200 --page-size 256 --causal --check full" "--batch 2 --seqlen-q 3 --seqlen-k 90 --seqlens-k 90,3"; do
   # shellcheck disable=SC2086
   expect_pass "step 00 $args" build/step00/fa2 $args --iters 1
 done
@@ -133,6 +145,8 @@ for dir in steps/[0-9][0-9]_*; do
   # the GPU binary must refuse unsupported params with one line and exit 2, GPU or not
   expect_error 2 "step $id refuses --dim 96" "build/step$id/fa2" --dim 96
   expect_error 2 "step $id refuses --backward" "build/step$id/fa2" --backward
+  expect_error 2 "step $id refuses --seqlens-k" "build/step$id/fa2" --batch 2 --seqlens-k 7,1024
+  expect_error 2 "step $id refuses --page-size" "build/step$id/fa2" --page-size 64
 done
 
 # The portable steps (all but the Makefile's HOPPER_STEPS) for one GPU family the default

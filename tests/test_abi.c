@@ -9,7 +9,9 @@
  * in one line naming the field, or accepted; a broken workspace (too small,
  * misaligned, overlapping a tensor) must be refused by a step that needs one for
  * these params (fa2_workspace_size > 0) and may be accepted by the others.
- * Runs without a GPU. */
+ * A KV cache (per-sequence lengths, pages) must be refused, naming the field, by
+ * every step but those that take one; fields of one that disagree, by every step;
+ * and by every backward. Runs without a GPU. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -26,6 +28,8 @@ enum { B = 2, HQ = 4, HKV = 2, NQ = 100, NK = 120, D = 64 };
 #define WORKSPACE_AT ((size_t)1 << 22)
 #define WORKSPACE_BYTES ((size_t)1 << 22)
 static unsigned char *arena, *arena_copy;
+/* The KV cache's int32 arrays: below the workspace, past every tensor region. */
+#define CACHE_AT (WORKSPACE_AT - ((size_t)1 << 16))
 
 static fa2_params base_params(void)
 {
@@ -63,7 +67,15 @@ static fa2_bwd_params base_bwd_params(void)
     return bp;
 }
 
-typedef enum { MUST_REFUSE, MAY_REFUSE, REFUSE_IF_WORKSPACE } expectation;
+/* REFUSE_UNLESS_CACHE: every step but those that take a KV cache (CACHE_STEPS) must refuse. */
+typedef enum { MUST_REFUSE, MAY_REFUSE, REFUSE_IF_WORKSPACE, REFUSE_UNLESS_CACHE } expectation;
+static const char *const CACHE_STEPS[] = {"00_cpu_reference"};
+static int takes_cache(const step_abi *s)
+{
+    for (size_t i = 0; i < sizeof CACHE_STEPS / sizeof *CACHE_STEPS; i++)
+        if (!strcmp(s->name(), CACHE_STEPS[i])) return 1;
+    return 0;
+}
 typedef struct {
     const char *what;  /* the break, in words */
     const char *field; /* the reason must contain this */
@@ -101,6 +113,32 @@ static void workspace_misaligned(fa2_params *p) { p->workspace = (char *)p->work
 static void workspace_over_o(fa2_params *p) { p->workspace = p->o; }
 static void o_row_stride_odd(fa2_params *p) { p->o_row_stride = HQ * D + 1, p->o_batch_stride = (HQ * D + 8) * NQ; }
 
+/* The KV cache (fa2.h): the lengths and the block table in the arena below the workspace
+ * (never read: a refusal comes first, and a step that takes them is not called), K and V
+ * as pools of 16-key pages in their own regions: 8 pages a sequence hold NK = 120 keys. */
+enum { PAGE = 16, MAX_PAGES = 8, NUM_PAGES = 2 * B * MAX_PAGES };
+static void seqlens_given(fa2_params *p) { p->seqlens_k = (const int32_t *)(arena + CACHE_AT); }
+static void paged(fa2_params *p)
+{
+    p->block_table = (const int32_t *)(arena + CACHE_AT + 256);
+    p->page_size = PAGE, p->max_pages = MAX_PAGES, p->num_pages = NUM_PAGES, p->block_table_batch_stride = MAX_PAGES;
+    p->k_batch_stride = p->v_batch_stride = (int64_t)PAGE * HKV * D; /* the page stride */
+}
+static void paged_with_seqlens(fa2_params *p) { paged(p), seqlens_given(p); }
+static void page_size_48(fa2_params *p) { paged(p), p->page_size = 48; }
+static void page_size_8(fa2_params *p) { paged(p), p->page_size = 8, p->max_pages = 16, p->block_table_batch_stride = 16; }
+static void page_size_512(fa2_params *p) { paged(p), p->page_size = 512; }
+static void page_size_without_table(fa2_params *p) { p->page_size = PAGE; }
+static void pages_short_of_seqlen(fa2_params *p) { paged(p), p->max_pages = 7; } /* 112 keys < NK */
+static void num_pages_zero(fa2_params *p) { paged(p), p->num_pages = 0; }
+static void max_pages_zero(fa2_params *p) { paged(p), p->max_pages = 0; }
+static void table_stride_short(fa2_params *p) { paged(p), p->block_table_batch_stride = MAX_PAGES - 1; }
+static void table_misaligned(fa2_params *p) { paged(p), p->block_table = (const int32_t *)((const char *)p->block_table + 2); }
+static void seqlens_misaligned(fa2_params *p) { p->seqlens_k = (const int32_t *)(arena + CACHE_AT + 2); }
+static void o_over_table(fa2_params *p) { paged(p), p->o = (void *)p->block_table; }
+static void lse_over_seqlens(fa2_params *p) { p->lse = (float *)(arena + CACHE_AT); p->seqlens_k = (const int32_t *)(arena + CACHE_AT + 4); }
+static void page_pool_overflow(fa2_params *p) { paged(p), p->k_batch_stride = INT64_C(1) << 58; } /* x 31 pages: past 2^61 */
+
 static const breakage breaks[] = {
     {"softmax_scale +inf", "softmax_scale", MUST_REFUSE, scale_inf},
     {"softmax_scale NaN", "softmax_scale", MUST_REFUSE, scale_nan},
@@ -131,6 +169,22 @@ static const breakage breaks[] = {
     {"a workspace of 16 bytes", "workspace", REFUSE_IF_WORKSPACE, workspace_short},
     {"a workspace 8-byte aligned", "workspace at address", REFUSE_IF_WORKSPACE, workspace_misaligned},
     {"the workspace on top of o", "workspace overlaps o", REFUSE_IF_WORKSPACE, workspace_over_o},
+    {"per-sequence lengths (seqlens_k)", "seqlens_k", REFUSE_UNLESS_CACHE, seqlens_given},
+    {"a paged K and V (block_table, 16-key pages)", "block_table", REFUSE_UNLESS_CACHE, paged},
+    {"pages and per-sequence lengths", "seqlens_k", REFUSE_UNLESS_CACHE, paged_with_seqlens},
+    {"page_size 48", "page_size 48", MUST_REFUSE, page_size_48},
+    {"page_size 8", "page_size 8", MUST_REFUSE, page_size_8},
+    {"page_size 512", "page_size 512", MUST_REFUSE, page_size_512},
+    {"page_size 16 without a block_table", "without a block_table", MUST_REFUSE, page_size_without_table},
+    {"7 pages of 16 for seqlen_k 120", "max_pages 7", MUST_REFUSE, pages_short_of_seqlen},
+    {"num_pages 0", "num_pages 0", MUST_REFUSE, num_pages_zero},
+    {"max_pages 0", "max_pages 0", MUST_REFUSE, max_pages_zero},
+    {"block_table rows closer than max_pages", "block_table_batch_stride", MUST_REFUSE, table_stride_short},
+    {"block_table 2-byte aligned", "block_table at address", MUST_REFUSE, table_misaligned},
+    {"seqlens_k 2-byte aligned", "seqlens_k at address", MUST_REFUSE, seqlens_misaligned},
+    {"o on top of the block_table", "o overlaps block_table", MUST_REFUSE, o_over_table},
+    {"lse on top of seqlens_k", "lse overlaps seqlens_k", MUST_REFUSE, lse_over_seqlens},
+    {"a K page pool past 2^61 elements", "k:", MUST_REFUSE, page_pool_overflow},
 };
 
 /* base_refused: the step refuses the unbroken params here too (a step built for one GPU
@@ -142,7 +196,8 @@ static void check_refusal(const step_abi *s, const breakage *br, int base_refuse
     br->apply(&p);
     char why[256] = "", what[256] = "", detail[600];
     const int supported = s->supports(&p, why, sizeof why);
-    const int may_accept = br->expect == MAY_REFUSE || (br->expect == REFUSE_IF_WORKSPACE && s->workspace_size(&p) == 0);
+    const int may_accept = br->expect == MAY_REFUSE || (br->expect == REFUSE_IF_WORKSPACE && s->workspace_size(&p) == 0) ||
+                           (br->expect == REFUSE_UNLESS_CACHE && takes_cache(s));
     if (supported && may_accept) {
         report(1, "", "%s accepts %s (it can compute it)", s->name(), br->what);
         return;
@@ -173,6 +228,8 @@ static void bwd_dk_heads_overlap(fa2_bwd_params *p) { p->dk_head_stride = D / 2;
 static void bwd_scale_nan(fa2_bwd_params *p) { p->fwd.softmax_scale = NAN; }
 static void bwd_workspace_short(fa2_bwd_params *p) { p->fwd.workspace_bytes = 16; }
 static void bwd_workspace_on_dv(fa2_bwd_params *p) { p->fwd.workspace = p->dv; }
+static void bwd_seqlens(fa2_bwd_params *p) { seqlens_given(&p->fwd); }
+static void bwd_paged(fa2_bwd_params *p) { paged(&p->fwd); }
 typedef struct {
     const char *what, *field;
     int if_workspace; /* only a step that needs a workspace must refuse it */
@@ -189,6 +246,8 @@ static const bwd_breakage bwd_breaks[] = {
     {"softmax_scale NaN", "softmax_scale", 0, bwd_scale_nan},
     {"a backward workspace of 16 bytes", "workspace", 1, bwd_workspace_short},
     {"the backward workspace on top of dv", "workspace overlaps dv", 1, bwd_workspace_on_dv},
+    {"per-sequence lengths", "seqlens_k", 0, bwd_seqlens},
+    {"a paged K and V", "block_table", 0, bwd_paged},
 };
 
 static void check_backward(const step_abi *s)

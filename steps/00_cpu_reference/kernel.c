@@ -18,6 +18,11 @@
  * tiled loop is checked against in the CPU tests.
  * Arithmetic is fp32 with exp(), not exp2 with the scale folded in: the GPU steps
  * introduce that trick where it pays, and it changes nothing but rounding.
+ *
+ * A KV cache (fa2.h): each sequence has its own key count (seq_len_k), and its
+ * key t, when K and V are paged, lives at row t % page_size of the page the block
+ * table names for t / page_size (kv_row). Nothing else changes: the loops run to
+ * the sequence's own length, and causal stays bottom-right within it.
  */
 #include <math.h>
 #include <stdio.h>
@@ -36,6 +41,40 @@ static const uint16_t *row_of(const void *base, int64_t bs, int64_t rs, int64_t 
     return (const uint16_t *)base + b * bs + row * rs + h * hs;
 }
 
+/* Keys of sequence b: its own length, or seqlen_k for every sequence. */
+static long long seq_len_k(const fa2_params *p, int b) { return p->seqlens_k ? p->seqlens_k[b] : p->seqlen_k; }
+
+/* Element (b, key t, kv head h, 0) of K or V (base, with its strides): the dense row,
+ * or row t % page_size of the page the block table gives for t / page_size, whose
+ * stride is the tensor's batch stride. */
+static const uint16_t *kv_row(const fa2_params *p, const void *base, int64_t bs, int64_t rs, int64_t hs, int b,
+                              long long t, int h)
+{
+    if (!p->block_table) return row_of(base, bs, rs, hs, b, (int)t, h);
+    const int32_t page = p->block_table[b * p->block_table_batch_stride + t / p->page_size];
+    return (const uint16_t *)base + page * bs + (t % p->page_size) * rs + h * hs;
+}
+#define K_ROW(p, b, t, h) kv_row(p, (p)->k, (p)->k_batch_stride, (p)->k_row_stride, (p)->k_head_stride, b, t, h)
+#define V_ROW(p, b, t, h) kv_row(p, (p)->v, (p)->v_batch_stride, (p)->v_row_stride, (p)->v_head_stride, b, t, h)
+
+/* The values in the cache's arrays, which the ABI's checks cannot read (on a GPU
+ * they are device memory); here they are the host's, so a length past seqlen_k or
+ * a page outside the pool is refused before anything is read through it. Only
+ * the entries a sequence's keys reach are read, so only those are checked. */
+static int kv_cache_values_ok(const fa2_params *p)
+{
+    for (int b = 0; b < p->batch; b++) {
+        const long long n = seq_len_k(p, b);
+        if (n < 0 || n > p->seqlen_k) return 0;
+        if (!p->block_table) continue;
+        for (long long e = 0; e < (n + p->page_size - 1) / p->page_size; e++) {
+            const int32_t page = p->block_table[b * p->block_table_batch_stride + e];
+            if (page < 0 || page >= p->num_pages) return 0;
+        }
+    }
+    return 1;
+}
+
 /* The online softmax of rows [m0, m0 + rows) of one head over the key tiles
  * [tile_lo, tile_hi) they can see, from m = -inf, l = 0, o = 0: on return o is
  * the unnormalised sum of P V, m the row max (-inf if the rows saw no key) and l
@@ -44,23 +83,22 @@ static void attend(const fa2_params *p, int b, int h, int m0, int rows, long lon
                    float q[][MAX_DIM], float o[][MAX_DIM], float m[], float l[])
 {
     const int d = p->head_dim, hk = h / (p->heads_q / p->heads_kv);
-    const long long shift = (long long)p->seqlen_k - p->seqlen_q; /* row i sees keys j <= i + shift */
+    const long long nk = seq_len_k(p, b), shift = nk - p->seqlen_q; /* row i sees keys j <= i + shift */
     float s[BLOCK_M][BLOCK_N];
     for (int r = 0; r < rows; r++) {
         for (int c = 0; c < d; c++) o[r][c] = 0;
         m[r] = -INFINITY;
         l[r] = 0;
     }
-    for (long long n0 = tile_lo * BLOCK_N; n0 < tile_hi * BLOCK_N && n0 < p->seqlen_k; n0 += BLOCK_N) {
-        int cols = (int)(p->seqlen_k - n0 < BLOCK_N ? p->seqlen_k - n0 : BLOCK_N);
+    for (long long n0 = tile_lo * BLOCK_N; n0 < tile_hi * BLOCK_N && n0 < nk; n0 += BLOCK_N) {
+        int cols = (int)(nk - n0 < BLOCK_N ? nk - n0 : BLOCK_N);
         for (int r = 0; r < rows; r++) {
             /* Causal: row m0 + r sees keys up to m0 + r + shift; none of this tile -> skip it. */
-            long long visible_end = p->causal ? m0 + r + shift + 1 : p->seqlen_k;
+            long long visible_end = p->causal ? m0 + r + shift + 1 : nk;
             if (visible_end <= n0) continue;
             float row_max = -INFINITY;
             for (int j = 0; j < cols; j++) {
-                const uint16_t *krow = row_of(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, b,
-                                              (int)(n0 + j), hk);
+                const uint16_t *krow = K_ROW(p, b, n0 + j, hk);
                 float acc = 0;
                 for (int c = 0; c < d; c++) acc += q[r][c] * fa2_to_float(krow[c], p->dtype);
                 s[r][j] = n0 + j < visible_end ? acc * p->softmax_scale : -INFINITY;
@@ -80,8 +118,7 @@ static void attend(const fa2_params *p, int b, int h, int m0, int rows, long lon
             m[r] = m_new;
             for (int c = 0; c < d; c++) o[r][c] *= correction;
             for (int j = 0; j < cols; j++) {
-                const uint16_t *vrow = row_of(p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, b,
-                                              (int)(n0 + j), hk);
+                const uint16_t *vrow = V_ROW(p, b, n0 + j, hk);
                 for (int c = 0; c < d; c++) o[r][c] += s[r][j] * fa2_to_float(vrow[c], p->dtype);
             }
         }
@@ -123,7 +160,7 @@ static void forward_tile(const fa2_params *p, int splits, int b, int h, int m0, 
                          float *lse_part)
 {
     const int d = p->head_dim;
-    const long long shift = (long long)p->seqlen_k - p->seqlen_q;
+    const long long nk = seq_len_k(p, b), shift = nk - p->seqlen_q;
     float q[BLOCK_M][MAX_DIM], o[BLOCK_M][MAX_DIM], m[BLOCK_M], l[BLOCK_M];
     for (int r = 0; r < rows; r++) {
         const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, m0 + r, h);
@@ -131,8 +168,8 @@ static void forward_tile(const fa2_params *p, int splits, int b, int h, int m0, 
     }
     /* Causal: the last query row of the tile sees keys up to m0 + rows - 1 + shift;
      * key tiles past that are skipped whole. */
-    long long key_end = p->causal ? m0 + rows + shift : p->seqlen_k;
-    if (key_end > p->seqlen_k) key_end = p->seqlen_k;
+    long long key_end = p->causal ? m0 + rows + shift : nk;
+    if (key_end > nk) key_end = nk;
     const long long tiles = key_end > 0 ? (key_end + BLOCK_N - 1) / BLOCK_N : 0;
     const long long tiles_per_split = (tiles + splits - 1) / splits; /* the last ranges may be empty */
 
@@ -160,7 +197,7 @@ static void forward_tile(const fa2_params *p, int splits, int b, int h, int m0, 
  * the CPU by the tests against splits = 1, which is fa2_forward. */
 int fa2_cpu_split_forward(const fa2_params *p, int splits)
 {
-    if (!fa2_supports(p, NULL, 0) || splits < 1 || splits > MAX_SPLITS) return FA2_ERR_UNSUPPORTED;
+    if (!fa2_supports(p, NULL, 0) || !kv_cache_values_ok(p) || splits < 1 || splits > MAX_SPLITS) return FA2_ERR_UNSUPPORTED;
     const int tiles = (p->seqlen_q + BLOCK_M - 1) / BLOCK_M;
     const long long work = (long long)p->batch * p->heads_q * tiles;
     int failed = 0;
@@ -195,9 +232,8 @@ int fa2_forward(const fa2_params *p, void *stream)
  * fp32 throughout, P not rounded: what the tiled loop must agree with. */
 int fa2_cpu_naive_forward(const fa2_params *p)
 {
-    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    if (!fa2_supports(p, NULL, 0) || !kv_cache_values_ok(p)) return FA2_ERR_UNSUPPORTED;
     const int d = p->head_dim, group = p->heads_q / p->heads_kv;
-    const long long shift = (long long)p->seqlen_k - p->seqlen_q;
     float *s = malloc(sizeof(float) * (size_t)p->seqlen_k), *o = malloc(sizeof(float) * (size_t)d);
     if (!s || !o) {
         free(s);
@@ -208,21 +244,20 @@ int fa2_cpu_naive_forward(const fa2_params *p)
         for (int h = 0; h < p->heads_q; h++)
             for (int i = 0; i < p->seqlen_q; i++) {
                 const uint16_t *qrow = row_of(p->q, p->q_batch_stride, p->q_row_stride, p->q_head_stride, b, i, h);
-                const long long visible = p->causal ? (long long)i + shift + 1 : p->seqlen_k; /* keys 0 .. visible - 1 */
+                const long long nk = seq_len_k(p, b), shift = nk - p->seqlen_q;
+                const long long visible = p->causal ? (long long)i + shift + 1 : nk; /* keys 0 .. visible - 1 */
                 float mx = -INFINITY, sum = 0;
                 memset(o, 0, sizeof(float) * (size_t)d);
-                for (long long j = 0; j < visible && j < p->seqlen_k; j++) {
-                    const uint16_t *krow = row_of(p->k, p->k_batch_stride, p->k_row_stride, p->k_head_stride, b,
-                                                  (int)j, h / group);
+                for (long long j = 0; j < visible && j < nk; j++) {
+                    const uint16_t *krow = K_ROW(p, b, j, h / group);
                     float acc = 0;
                     for (int c = 0; c < d; c++) acc += fa2_to_float(qrow[c], p->dtype) * fa2_to_float(krow[c], p->dtype);
                     s[j] = acc * p->softmax_scale;
                     if (s[j] > mx) mx = s[j];
                 }
-                for (long long j = 0; j < visible && j < p->seqlen_k; j++) sum += (s[j] = expf(s[j] - mx));
-                for (long long j = 0; j < visible && j < p->seqlen_k; j++) {
-                    const uint16_t *vrow = row_of(p->v, p->v_batch_stride, p->v_row_stride, p->v_head_stride, b,
-                                                  (int)j, h / group);
+                for (long long j = 0; j < visible && j < nk; j++) sum += (s[j] = expf(s[j] - mx));
+                for (long long j = 0; j < visible && j < nk; j++) {
+                    const uint16_t *vrow = V_ROW(p, b, j, h / group);
                     for (int c = 0; c < d; c++) o[c] += s[j] / sum * fa2_to_float(vrow[c], p->dtype);
                 }
                 uint16_t *orow = (uint16_t *)p->o + b * p->o_batch_stride + i * p->o_row_stride + h * p->o_head_stride;

@@ -720,7 +720,7 @@ static int launch(const fa2_params *p, void *stream)
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
-    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
         return 0;

@@ -640,7 +640,7 @@ extern "C" size_t fa2_workspace_size(const fa2_params *p)
 {
     // Params the ABI refuses need none (fa2_supports says why); the checks also keep the
     // products below inside int64 and the group (heads_q / heads_kv) at least 1.
-    if (!fa2_validate_params(p, NULL, 0)) return 0;
+    if (!fa2_validate_params(p, NULL, 0) || !fa2_refuse_kv_cache(p, NULL, 0)) return 0;
     const int splits = max_splits(p);
     return splits > 1 ? (size_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * sizeof(float) : 0;
 }
@@ -774,7 +774,7 @@ static int launch(const fa2_params *p, void *stream)
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
-    if (!fa2_validate_params(p, why, why_len)) return 0;
+    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
         return 0;
