@@ -9,7 +9,7 @@ import sys
 
 from matplotlib.patches import Patch
 
-from style import BANK_GROUP_COLOURS, plt, read_rows, save
+from style import BANK_GROUP_COLOURS, cell_axes, plt, read_rows, save
 
 LIGHT = {"#edc948", "#ff9da7", "#76b7b2"}  # backgrounds that take black text
 
@@ -31,12 +31,7 @@ for ax, (op, letter, title, xlabel, ylabel) in zip(axes, panels):
     ax.axhline(8, color="black", linewidth=2)  # a0/a1, b0/b1, c0c1/c2c3
     if op == "A":
         ax.axvline(8, color="black", linewidth=2)  # a0, a1 | a2, a3
-    ax.set_xlim(0, n_cols)
-    ax.set_ylim(n_rows, 0)
-    ax.set_aspect("equal")
-    ax.set_xticks([c + 0.5 for c in range(n_cols)], [str(c) for c in range(n_cols)], fontsize=7)
-    ax.set_yticks([r + 0.5 for r in range(n_rows)], [str(r) for r in range(n_rows)], fontsize=7)
-    ax.tick_params(length=0)
+    cell_axes(ax, n_cols, n_rows)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     ax.set_title(title)

@@ -13,7 +13,7 @@ import sys
 
 from matplotlib.patches import Patch
 
-from style import BANK_GROUP_COLOURS, plt, read_rows, save
+from style import BANK_GROUP_COLOURS, lane_bar, plt, read_rows, save, timeline_axes
 
 rows = read_rows(sys.argv[1])
 CONSUMER = [BANK_GROUP_COLOURS[0], BANK_GROUP_COLOURS[2]]
@@ -35,12 +35,7 @@ fig, ax = plt.subplots(figsize=(16, 7.2))
 
 
 def bar(lane, start, stop, colour, text="", text_colour="white", hatch=None, edge="white", height=0.64):
-    y = y_of[lane]
-    ax.add_patch(plt.Rectangle((start, y + (1 - height) / 2), stop - start, height, facecolor=colour, edgecolor=edge,
-                               linewidth=0.6, hatch=hatch, zorder=2))
-    if text and stop - start > 0.028 * end:
-        ax.text((start + stop) / 2, y + 0.5, text, ha="center", va="center", fontsize=7, color=text_colour, zorder=4,
-                bbox={"facecolor": colour, "edgecolor": "none", "pad": 0.5} if hatch else None)
+    lane_bar(ax, y_of[lane], start, stop, colour, text, text_colour, hatch, edge, height, min_width=0.028 * end)
 
 
 def mark(lane, t, text, colour="black", above=True):
@@ -81,15 +76,7 @@ for r in rows:
         elif what.startswith("release"):
             ax.plot([s], [y_of[lane] + 0.85], marker="v", color="#444444", markersize=4, zorder=5)
 
-ax.set_xlim(0, end * 1.06)
-ax.set_ylim(len(lanes), -0.3)
-ax.set_yticks([i + 0.5 for i in range(len(lanes))], lanes)
-ax.set_xlabel("time in the block (ns), from the producer's first issue")
-ax.tick_params(axis="y", length=0)
-for i in range(len(lanes) + 1):
-    ax.axhline(i, color="#e6e6e6", linewidth=0.6, zorder=0)
-for spine in ("top", "right"):
-    ax.spines[spine].set_visible(False)
+timeline_axes(ax, lanes, end, x_margin=1.06, y_top=-0.3)
 handles = [Patch(facecolor=CONSUMER[c], label=f"consumer {c}'s S = Q K^T") for c in consumers]
 handles += [Patch(facecolor=CONSUMER[c], hatch="..", label=f"consumer {c}'s O += P V") for c in consumers]
 handles += [Patch(facecolor=K_COLOUR, label="a K tile's copy in flight (TMA issue to k_full)"),

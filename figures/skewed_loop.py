@@ -13,7 +13,7 @@ import sys
 
 from matplotlib.patches import Patch
 
-from style import BANK_GROUP_COLOURS, plt, read_rows, save
+from style import BANK_GROUP_COLOURS, lane_bar, plt, read_rows, save, timeline_axes
 
 rows = read_rows(sys.argv[1])
 CONSUMER = [BANK_GROUP_COLOURS[0], BANK_GROUP_COLOURS[2]]
@@ -32,12 +32,8 @@ fig, ax = plt.subplots(figsize=(16, 5.8))
 
 
 def bar(lane, start, stop, colour, text="", text_colour="white", hatch=None, edge="white", height=0.64):
-    y = y_of[lane]
-    ax.add_patch(plt.Rectangle((start, y + (1 - height) / 2), stop - start, height, facecolor=colour, edgecolor=edge,
-                               linewidth=0.6, hatch=hatch, zorder=2))
-    if text and stop - start > (0.025 if hatch != "///" else 0.05) * end:
-        ax.text((start + stop) / 2, y + 0.5, text, ha="center", va="center", fontsize=7, color=text_colour, zorder=4,
-                bbox={"facecolor": colour, "edgecolor": "none", "pad": 0.5} if hatch else None)
+    lane_bar(ax, y_of[lane], start, stop, colour, text, text_colour, hatch, edge, height,
+             min_width=(0.025 if hatch != "///" else 0.05) * end)
 
 
 def name(r):
@@ -76,15 +72,7 @@ for c in consumers:
                                    linestyle=(0, (3, 2)), zorder=0))
         ax.text(x0 + 10, y + 0.02, phase, ha="left", va="top", fontsize=7, color="#555555", zorder=5)
 
-ax.set_xlim(0, end * 1.02)
-ax.set_ylim(len(lanes), -0.45)
-ax.set_yticks([i + 0.5 for i in range(len(lanes))], lanes)
-ax.set_xlabel("time in the block (ns), from the producer's first issue")
-ax.tick_params(axis="y", length=0)
-for i in range(len(lanes) + 1):
-    ax.axhline(i, color="#e6e6e6", linewidth=0.6, zorder=0)
-for spine in ("top", "right"):
-    ax.spines[spine].set_visible(False)
+timeline_axes(ax, lanes, end, x_margin=1.02, y_top=-0.45)
 handles = [Patch(facecolor=CONSUMER[c], label=f"consumer {c}: S_n = Q K_n^T") for c in consumers]
 handles += [Patch(facecolor=CONSUMER[c], hatch="..", label=f"consumer {c}: P_(n-1) V_(n-1)") for c in consumers]
 handles += [Patch(facecolor=PALE_CONSUMER[0], label="softmax of S_n"),

@@ -12,7 +12,7 @@ import sys
 
 from matplotlib.patches import Patch
 
-from style import BANK_GROUP_COLOURS, plt, read_rows, save
+from style import BANK_GROUP_COLOURS, cell_axes, plt, read_rows, save
 
 LIGHT = {"#edc948", "#ff9da7", "#76b7b2"}  # backgrounds that take black text
 WARP_COLOURS = [BANK_GROUP_COLOURS[i] for i in (0, 1, 2, 4)]
@@ -62,12 +62,7 @@ for c in cells:
                linespacing=0.95, color="black" if colour in LIGHT else "white")
 right.axhline(8, color="black", linewidth=2)   # d(4q), d(4q+1) | d(4q+2), d(4q+3)
 right.axvline(8, color="black", linewidth=2)   # n-tile 0 | n-tile 1
-right.set_xlim(0, ZOOM)
-right.set_ylim(ZOOM, 0)
-right.set_aspect("equal")
-right.set_xticks([i + 0.5 for i in range(ZOOM)], [str(i) for i in range(ZOOM)], fontsize=7)
-right.set_yticks([i + 0.5 for i in range(ZOOM)], [str(i) for i in range(ZOOM)], fontsize=7)
-right.tick_params(length=0)
+cell_axes(right, ZOOM, ZOOM)
 right.set_xlabel("column n")
 right.set_ylabel("row m (warp 0)")
 right.set_title("warp 0, rows 0-15, columns 0-15: lane and register of each element\n"
