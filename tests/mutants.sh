@@ -7,6 +7,7 @@
 # draw at least one FAIL line. With --against COMMIT, the matrix of that commit runs on
 # the same mutants too, to show which of them it let through.
 # usage: bash tests/mutants.sh [--against COMMIT]     (on a GPU machine)
+#   MUTANT_STEPS="08 14" bash tests/mutants.sh: only the mutants of those steps
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # step | mutant | text in the step's kernel | its replacement
@@ -26,6 +27,12 @@ mutants=(
   "13|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
   "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
 )
+if [ -n "${MUTANT_STEPS:-}" ]; then
+  kept=()
+  for m in "${mutants[@]}"; do [[ " $MUTANT_STEPS " == *" ${m%%|*} "* ]] && kept+=("$m"); done
+  [ ${#kept[@]} -gt 0 ] || { echo "error: MUTANT_STEPS='$MUTANT_STEPS' names no step with mutants (allowed: $(printf '%s\n' "${mutants[@]}" | cut -d'|' -f1 | sort -u | paste -sd' '))" >&2; exit 2; }
+  mutants=("${kept[@]}")
+fi
 make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
 libs=()
 mkdir -p build/mutants  # as deep as the step's own file: its #include "../../common/..." still resolve
