@@ -83,9 +83,9 @@ struct TileConfig {
                   "setmaxnreg gives a thread at most 256 registers, and the warpgroups' budgets must fit the SM's");
 };
 // Two consumers everywhere, except d64 on grids with more 128-row blocks than SMs: there
-// a third consumer (FlashAttention-3's choice for d64) was measured 5-15% faster, and on a
-// smaller grid 0.87x the throughput (fewer, larger blocks leave SMs idle); see
-// docs/measurements/10_warp_specialized.md.
+// a third consumer (FlashAttention-3's choice for d64) was measured 5-15% faster on a kernel
+// with step 11's loop, and 0.87x the throughput on a smaller grid (fewer, larger blocks leave
+// SMs idle); see docs/measurements/10_warp_specialized.md.
 using SmallGridConfig = TileConfig<8, 1, 128>;
 template <int D>
 using LargeGridConfig = TileConfig<D == 64 ? 12 : 8, 1, 128>;

@@ -88,10 +88,10 @@ struct TileConfig {
 };
 // Two consumers everywhere, except d64 without a causal mask when there are more 128-row
 // work items than SMs: there a third consumer (FlashAttention-3's choice for d64) was
-// measured 5-15% faster in step 10 and 1.07-1.17x in this step, and with fewer items 0.87x
-// the throughput (fewer, larger items leave SMs idle). With a causal mask two consumers
-// were as fast at B4 H16 N4096 and 1.14x faster at B16 H16 N1024; see
-// docs/measurements/10_warp_specialized.md and docs/measurements/12_persistent.md.
+// measured 5-15% faster on a kernel with step 11's loop and 1.07-1.17x on this step's previous
+// version, and with fewer items 0.87x the throughput (fewer, larger items leave SMs idle). With
+// a causal mask two consumers were as fast at B4 H16 N4096 and 1.14x faster at B16 H16 N1024;
+// see docs/measurements/10_warp_specialized.md and docs/measurements/12_persistent.md.
 using FewItemsConfig = TileConfig<8, 1, 128>;
 template <int D>
 using ManyItemsConfig = TileConfig<D == 64 ? 12 : 8, 1, 128>;
