@@ -209,7 +209,9 @@ out=$(python3 tools/ldsm_distance.py "$LOG/ldsm.sass" the_kernel 2 2>&1)
 expect_error 2 "ldsm_distance.py refuses a function it cannot find" python3 tools/ldsm_distance.py "$LOG/ldsm.sass" no_such_kernel 2
 
 echo "== Python: the torch binding (python/fa2.py) with step 00, and the plots"
-if python3 -c 'import torch' >/dev/null 2>&1; then run_program torch-cpu python3 tests/test_torch.py 00
+if python3 -c 'import torch' >/dev/null 2>&1; then
+  run_program torch-cpu python3 tests/test_torch.py 00
+  run_program kvcache-cpu python3 tests/test_kvcache.py 00  # attention_with_kvcache: pages, lengths, bad input
 else result SKIP "the torch binding on the CPU (step 00)" "torch is not installed (pip install torch)"; fi
 if python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
   for plot in progression scaling; do  # on the newest committed compare CSV, as make plots with no CSV
@@ -285,6 +287,8 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
     ids=()
     for lib in "${matrix_libs[@]}"; do [[ $lib == build/step* ]] && ids+=("$(basename "$(dirname "$lib")" | cut -c5-6)"); done
     run_program torch-gpu python3 tests/test_torch.py "${ids[@]}"
+    # attention_with_kvcache: a step that takes no KV cache (every one so far) must refuse it with its reason
+    run_program kvcache-gpu python3 tests/test_kvcache.py "${ids[@]}"
   else
     result SKIP "the torch binding on the GPU steps" "torch with CUDA is not installed"
   fi
