@@ -22,6 +22,25 @@ dense, in the dtype; LSE, returned with return_lse, is not differentiable. Elsew
 is the plain forward, with no autograd in its path.
     o = fa2.attention(q.requires_grad_(), k, v, causal=True, step="00")   # CPU tensors
     (o * w).sum().backward()                                              # q.grad from step 00
+
+A KV cache, with flash_attn_with_kvcache's argument names and layouts (fa2.h's seqlens_k and
+block_table):
+    o = fa2.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, block_table=table,
+                                   causal=True, step="00")
+q as above; k_cache and v_cache [batch, seqlen_cache, heads_kv, head_dim], or, given block_table
+(int32 [batch, max_blocks_per_seq]: sequence b's pages in order), page pools [num_blocks,
+page_block_size, heads_kv, head_dim] with page_block_size a power of two from 16 to 256;
+cache_seqlens an int32 tensor [batch] or an int (every sequence that long): sequence b attends
+to its first cache_seqlens[b] keys, at most the capacity (seqlen_cache, or max_blocks_per_seq x
+page_block_size, every key of it when cache_seqlens is None). Causal is bottom-right within each
+sequence; a sequence of 0 keys gives O = 0 and LSE = -inf. Step 00 computes it; for it the call
+first reads the lengths and the table entries they reach (each bad one a ValueError); for a GPU
+step it does not (that would wait for the stream), so a length past the capacity or a page
+outside the pool is the caller's error there, as in fa2.h. The GPU steps refuse a KV cache
+with their reason so far (the default, step 13, until its kernel reads pages); without
+cache_seqlens and block_table the call is attention()'s. Forward only: where grad mode is on and
+q, k_cache or v_cache requires grad it raises ValueError rather than return an O that gradients
+would silently not flow through (call it under torch.no_grad() or torch.inference_mode()).
 Needs only ctypes and torch; the libraries come from `make all` (build/stepNN/libfa2.so).
 """
 import ctypes
