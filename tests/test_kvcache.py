@@ -7,7 +7,8 @@ no sequence owns (spare pages, the tail of a sequence's last page, the unused ro
 cache) NaN, so a key read from the wrong page or past a sequence's end reaches O; lengths
 0, 1, a page boundary -1/+0/+1 and long in one batch; GQA and MQA; Nq 1 to 4 and 70, causal
 and not; fp16 and bf16; cache_seqlens as a tensor, an int, or none; a dense cache; a pool in
-another layout, a shared page, a strided table; then each bad input, one ValueError each.
+another layout, a shared page, tables strided, expanded and of one row; without a cache the
+bits of fa2.attention; then each bad input, one ValueError each.
 One PASS/FAIL line per case. Step 00 runs on CPU tensors; a GPU step that refuses a KV cache
 must raise ValueError with its own reason, and computes the calls that carry none.
 usage: python3 tests/test_kvcache.py STEP_ID...   (after make; needs torch)"""
@@ -100,13 +101,22 @@ def check(label, dtype, q, k, v, lens, causal, scale, o, lse):
     report(ok, label, "; ".join(details) + f" (allowed rel L2 {TOLERANCE[dtype]}, LSE 1e-2)")
 
 
-def refused(s, label, e):
-    """A GPU step that takes no KV cache: ValueError, one line, with the step's own reason."""
-    msg = str(e)
-    if s.runs_on_gpu and s.name in msg and ("seqlens_k given" in msg or "block_table given" in msg) and "\n" not in msg:
-        report(True, f"{label}: raises ValueError with the step's reason: {msg}")
-    else:
-        report(False, label, f"ValueError: {msg}")
+def attempt(s, label, *calls, kv_cache=True):
+    """The calls' results, or None once one raised, its line reported: for a GPU step, a
+    ValueError of one line with the step's own refusal of a KV cache passes (where kv_cache: the
+    calls pass one); anything else fails, and the next case runs."""
+    try:
+        return [call() for call in calls]
+    except ValueError as e:
+        msg = str(e)
+        if (kv_cache and s.runs_on_gpu and s.name in msg and "\n" not in msg
+                and ("seqlens_k given" in msg or "block_table given" in msg)):
+            report(True, f"{label}: raises ValueError with the step's reason: {msg}")
+        else:
+            report(False, label, f"ValueError: {msg}")
+    except Exception as e:  # noqa: BLE001 -- a FAIL line, and the next case runs
+        report(False, label, f"{type(e).__name__}: {e}")
+    return None
 
 
 def case(step, device, hq, hkv, nq, capacity, d, causal, dtype, page_size, lens, seqlens="tensor", layout="bnhd",
@@ -129,6 +139,8 @@ def case(step, device, hq, hkv, nq, capacity, d, causal, dtype, page_size, lens,
         wide = torch.full((batch, 2 * table.shape[1]), -7, dtype=torch.int32, device=device)
         wide[:, ::2] = table
         table = wide[:, ::2]
+    elif table_layout == "a column's transpose":  # one row, strides (1, 1): its row stride never stepped over
+        table = table.reshape(-1, 1).t()
     q = torch.randn(batch, nq, hq, d, generator=gen, device=device).to(dtype)
     cache_seqlens = {"tensor": torch.tensor(lens, dtype=torch.int32, device=device), "int": lens[0],
                      None: None}[seqlens]
@@ -140,18 +152,14 @@ def case(step, device, hq, hkv, nq, capacity, d, causal, dtype, page_size, lens,
              f"{'causal' if causal else 'non-causal'} {dtype} {', '.join([where] + extras)}, cache_seqlens "
              + {"tensor": "tensor " + ",".join(map(str, lens)), "int": f"int {lens[0]}", None: "none"}[seqlens])
     scale = d ** -0.5
-    try:
-        o, lse = fa2.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens, block_table=table,
-                                            causal=causal, step=step, return_lse=True)
-    except ValueError as e:
-        refused(s, label, e)
-        return
-    except Exception as e:  # noqa: BLE001 -- a FAIL line, and the next case runs
-        report(False, label, f"{type(e).__name__}: {e}")
+    got = attempt(s, label, lambda: fa2.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=cache_seqlens,
+                                                               block_table=table, causal=causal, step=step,
+                                                               return_lse=True))
+    if got is None:
         return
     if device == "cuda":
         torch.cuda.synchronize()
-    check(label, dtype, q, k, v, lens, causal, scale, o, lse)
+    check(label, dtype, q, k, v, lens, causal, scale, *got[0])
 
 
 def same_as_attention(step, device):
@@ -162,15 +170,16 @@ def same_as_attention(step, device):
     q, k, v = (torch.randn(2, n, h, 64, generator=gen, device=device).half() for n, h in ((3, 4), (200, 2), (200, 2)))
     label = (f"{s.name} kvcache: dense, no cache_seqlens: fa2.attention's bits; O alone without return_lse; "
              "a q that requires grad under torch.no_grad()")
-    try:
-        o, lse = fa2.attention_with_kvcache(q, k, v, causal=True, step=step, return_lse=True)
-        o_ref, lse_ref = fa2.attention(q, k, v, causal=True, step=step, return_lse=True)
-        o_alone = fa2.attention_with_kvcache(q, k, v, causal=True, step=step)
+    def without_grad():
         with torch.no_grad():
-            o_nograd = fa2.attention_with_kvcache(q.clone().requires_grad_(), k, v, causal=True, step=step)
-    except Exception as e:  # noqa: BLE001 -- a FAIL line, and the next case runs
-        report(False, label, f"{type(e).__name__}: {e}")
+            return fa2.attention_with_kvcache(q.clone().requires_grad_(), k, v, causal=True, step=step)
+
+    got = attempt(s, label, lambda: fa2.attention_with_kvcache(q, k, v, causal=True, step=step, return_lse=True),
+                  lambda: fa2.attention(q, k, v, causal=True, step=step, return_lse=True),
+                  lambda: fa2.attention_with_kvcache(q, k, v, causal=True, step=step), without_grad, kv_cache=False)
+    if got is None:
         return
+    (o, lse), (o_ref, lse_ref), o_alone, o_nograd = got
     ok = (torch.equal(o, o_ref) and torch.equal(lse, lse_ref) and isinstance(o_alone, torch.Tensor)
           and torch.equal(o_alone, o_ref) and o_nograd.grad_fn is None and torch.equal(o_nograd, o_ref))
     report(ok, label)
@@ -179,21 +188,24 @@ def same_as_attention(step, device):
 def expanded_table(step, device):
     """One row of block table expanded over the batch (row stride 0, which the ABI refuses: the
     binding copies it): every sequence reads the same pages, each to its own length, and gets the
-    bits of the same call with the table copied out."""
+    bits of the same call with the table copied out. Then one length expanded over the batch
+    gives the bits of that length passed as an int."""
     s = fa2.step_library(step)
     gen = torch.Generator(device=device).manual_seed(9)
     k, v = (torch.randn(6, 16, 2, 64, generator=gen, device=device).half() for _ in range(2))
     q = torch.randn(3, 2, 4, 64, generator=gen, device=device).half()
     row = torch.tensor([[4, 0, 5]], dtype=torch.int32, device=device)
     lens = torch.tensor([48, 1, 20], dtype=torch.int32, device=device)
-    label = f"{s.name} kvcache: a block_table row expanded over the batch, as the same rows copied"
-    try:
-        o = fa2.attention_with_kvcache(q, k, v, lens, row.expand(3, 3), causal=True, step=step)
-    except ValueError as e:
-        refused(s, label, e)
-        return
-    want = fa2.attention_with_kvcache(q, k, v, lens, row.repeat(3, 1), causal=True, step=step)
-    report(torch.equal(o, want), label, "O differs")
+    one = torch.tensor([20], dtype=torch.int32, device=device).expand(3)
+    for label, args, want_args in (("a block_table row expanded over the batch, as the same rows copied",
+                                    (lens, row.expand(3, 3)), (lens, row.repeat(3, 1))),
+                                   ("cache_seqlens expanded over the batch, as the int",
+                                    (one, row.repeat(3, 1)), (20, row.repeat(3, 1)))):
+        label = f"{s.name} kvcache: {label}"
+        got = attempt(s, label, *(lambda a=a: fa2.attention_with_kvcache(q, k, v, *a, causal=True, step=step)
+                                  for a in (args, want_args)))
+        if got is not None:
+            report(torch.equal(*got), label, "O differs")
 
 
 def expect_error(s, name, call, want, own=False):
@@ -312,6 +324,7 @@ def main():
             case(step, dev, 8, 2, 1, 300, 64, True, b16, ps, [ps + 1, 0, 0], seqlens="int")
         case(step, dev, 4, 2, 2, 300, 64, True, f16, 64, [5, 130, 64], layout="bhnd", table_layout="wide")
         case(step, dev, 4, 2, 1, 80, 64, True, f16, 16, [40, 33], shared=True)
+        case(step, dev, 8, 2, 1, 300, 64, True, f16, 64, [300], table_layout="a column's transpose")  # batch 1
         case(step, dev, 4, 4, 2, 64, 64, False, b16, 16, [0, 1, 17], unreached=-1)
         case(step, dev, 4, 2, 3, 100, 64, True, b16, 16, [16, 100, 7], table_layout="every-other-column")
         expanded_table(step, dev)
