@@ -12,6 +12,11 @@
 #             atomics against the deterministic splits, each against torch in its own rounds)
 #   decode    make compare SHAPES=decode
 #   train     python/train.py with step 14 on the GPU, its loss CSV
+#   ab08      step 08 at B2 H8 N1024 d128 trails step 07 by 3-4%: its SASS loads each
+#             fragment a median 13 instructions before the HMMA that reads it (07: 29); with
+#             __launch_bounds__(THREADS, 1) ptxas gives the 8x1x128 kernel 255 registers and
+#             a median of 30.5 (tools/ldsm_distance.py, no GPU needed). A/B in 3 rounds at
+#             the bench shapes: 07, 08, that variant of 08
 # usage: bash results/2026-11-24-h100-r19/run83.sh LOGDIR STAGE...  (on the GPU machine, from the repo root)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -65,6 +70,17 @@ for what in "$@"; do
       stage "python/train.py --step 14"
       python3 python/train.py --step 14 --device cuda --csv "$log/train-step14.csv" >"$log/train.log" 2>&1
       stage "  exit $?: $(grep -c '^PASS' "$log/train.log") PASS, $(grep -c '^FAIL' "$log/train.log") FAIL" ;;
+    ab08)
+      stage "A/B: step 08 with __launch_bounds__(THREADS, 1)"
+      mkdir -p build/ab
+      python3 tools/variant_src.py steps/08_tma_mbarrier/kernel.cu build/ab/08_min_blocks_1.cu \
+        "__global__ void __launch_bounds__(C::THREADS)
+" "__global__ void __launch_bounds__(C::THREADS, 1)
+" '"08_tma_mbarrier"' '"08_min_blocks_1"' &&
+        make -s variant step=08 NAME=min_blocks_1 SRC=build/ab/08_min_blocks_1.cu >"$log/ab08-build.log" 2>&1
+      rm -f "$log/ab08.csv"
+      bash tools/ab.sh "$log/ab08.csv" 3 bench s07=build/step07/fa2 s08=build/step08/fa2 \
+        s08_min_blocks_1=build/variants/min_blocks_1/fa2 >"$log/ab08.log" 2>&1; stage "  exit $?" ;;
     *) stage "unknown stage $what" ;;
   esac
 done
