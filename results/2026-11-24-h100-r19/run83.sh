@@ -17,6 +17,9 @@
 #             __launch_bounds__(THREADS, 1) ptxas gives the 8x1x128 kernel 255 registers and
 #             a median of 30.5 (tools/ldsm_distance.py, no GPU needed). A/B in 3 rounds at
 #             the bench shapes: 07, 08, that variant of 08
+#   ab10      step 10 trails step 09 at B16 H16 N1024 d64 (2.5% on the H200), where it takes
+#             three consumers: A/B in 3 rounds at the bench shapes of 09, 10 and 10 with two
+#             consumers always (grid_is_large false)
 # usage: bash results/2026-11-24-h100-r19/run83.sh LOGDIR STAGE...  (on the GPU machine, from the repo root)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -81,6 +84,16 @@ for what in "$@"; do
       rm -f "$log/ab08.csv"
       bash tools/ab.sh "$log/ab08.csv" 3 bench s07=build/step07/fa2 s08=build/step08/fa2 \
         s08_min_blocks_1=build/variants/min_blocks_1/fa2 >"$log/ab08.log" 2>&1; stage "  exit $?" ;;
+    ab10)
+      stage "A/B: step 10 with two consumers always"
+      mkdir -p build/ab
+      python3 tools/variant_src.py steps/10_warp_specialized/kernel.cu build/ab/10_two_consumers.cu \
+        "{ return grid_blocks(p, SmallGridConfig::BLOCK_M) > sm_count; }" "{ return false && sm_count; }" \
+        '"10_warp_specialized"' '"10_two_consumers"' &&
+        make -s variant step=10 NAME=two_consumers SRC=build/ab/10_two_consumers.cu >"$log/ab10-build.log" 2>&1
+      rm -f "$log/ab10.csv"
+      bash tools/ab.sh "$log/ab10.csv" 3 bench s09=build/step09/fa2 s10=build/step10/fa2 \
+        s10_two_consumers=build/variants/two_consumers/fa2 >"$log/ab10.log" 2>&1; stage "  exit $?" ;;
     *) stage "unknown stage $what" ;;
   esac
 done
