@@ -199,23 +199,31 @@ int fa2_refuse_kv_cache(const fa2_params *p, char *why, size_t why_len)
     return 1;
 }
 
-int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, char *why, size_t why_len)
+/* Every base of four 16-bit tensors, and their batch, row and head strides, a multiple of
+ * `bytes` (the forward's q, k, v, o and the backward's dout, dq, dk, dv alike). */
+static int aligned(const void *const bases[4], const dim d[4][4], const char *const names[4], int bytes, const char *need,
+                   char *why, size_t why_len)
 {
-    const void *bases[4];
-    dim d[4][4];
-    tensors_of(p, bases, d);
     for (int t = 0; t < 4; t++)
         if ((uintptr_t)bases[t] % (uintptr_t)bytes)
-            REFUSE("%s at address %p (allowed: %d-byte aligned, for %s)", TENSOR_NAMES[t], bases[t], bytes, need);
+            REFUSE("%s at address %p (allowed: %d-byte aligned, for %s)", names[t], bases[t], bytes, need);
     static const int order[3] = {3, 1, 2}; /* batch, row, head: the ABI's order of the strides */
     for (int t = 0; t < 4; t++)
         for (int k = 0; k < 3; k++) {
             const int64_t stride = d[t][order[k]].stride;
             if (stride * 2 % bytes)
-                REFUSE("%s_%s_stride %lld (allowed: a multiple of %d elements, for %s)", TENSOR_NAMES[t],
-                       DIM_NAMES[order[k]], (long long)stride, bytes / 2, need);
+                REFUSE("%s_%s_stride %lld (allowed: a multiple of %d elements, for %s)", names[t], DIM_NAMES[order[k]],
+                       (long long)stride, bytes / 2, need);
         }
     return 1;
+}
+
+int fa2_validate_alignment(const fa2_params *p, int bytes, const char *need, char *why, size_t why_len)
+{
+    const void *bases[4];
+    dim d[4][4];
+    tensors_of(p, bases, d);
+    return aligned(bases, d, TENSOR_NAMES, bytes, need, why, why_len);
 }
 
 /* The workspace's bytes against four tensors' (their params already validated, so every
@@ -303,18 +311,7 @@ int fa2_validate_bwd_alignment(const fa2_bwd_params *bp, int bytes, const char *
     const void *bases[4];
     dim d[4][4];
     grads_of(bp, bases, d);
-    for (int t = 0; t < 4; t++)
-        if ((uintptr_t)bases[t] % (uintptr_t)bytes)
-            REFUSE("%s at address %p (allowed: %d-byte aligned, for %s)", GRAD_NAMES[t], bases[t], bytes, need);
-    static const int order[3] = {3, 1, 2}; /* batch, row, head: the ABI's order of the strides */
-    for (int t = 0; t < 4; t++)
-        for (int k = 0; k < 3; k++) {
-            const int64_t stride = d[t][order[k]].stride;
-            if (stride * 2 % bytes)
-                REFUSE("%s_%s_stride %lld (allowed: a multiple of %d elements, for %s)", GRAD_NAMES[t],
-                       DIM_NAMES[order[k]], (long long)stride, bytes / 2, need);
-        }
-    return 1;
+    return aligned(bases, d, GRAD_NAMES, bytes, need, why, why_len);
 }
 
 int fa2_validate_bwd_workspace(const fa2_bwd_params *bp, size_t need, char *why, size_t why_len)
