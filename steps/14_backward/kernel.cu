@@ -903,6 +903,29 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
 #pragma unroll
         for (int e = 0; e < 4; e++) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
 
+    // acc = A B^T for the warp's 16 key rows of a [BLOCK_N][D] tile A (K or V) and the
+    // BLOCK_M query rows of a [BLOCK_M][D] tile B (Q or dO): S^T = K Q^T and dP^T = V dO^T.
+    auto keys_times_queries_t = [&](float (&acc)[BLOCK_M / MMA_N][4], uint32_t keys_saddr, uint32_t queries_saddr) {
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+            // A (row major, as Q in the forward): rows lane % 16, chunk 2 kk + lane / 16 = a0..a3.
+            uint32_t a_frag[4];  // [a0..a3] of the warp's keys for d k-step kk
+            ldmatrix_x4(a_frag, a_rows.at(keys_saddr, warp_key0, 2 * kk));
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {
+                // B^T, element (k = d, n = query) = B[query][d]: B's rows are the n of the mma's B,
+                // as K's in the forward: queries 8 nt + 0-7 (lanes 0-15) or + 8-15, d chunk
+                // 2 kk + lane / 8 % 2.
+                uint32_t b_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(b_frag, b_rows.at(queries_saddr, nt * MMA_N, 2 * kk));
+                mma_m16n8k16<T>(acc[nt], a_frag, b_frag[0], b_frag[1]);
+                mma_m16n8k16<T>(acc[nt + 1], a_frag, b_frag[2], b_frag[3]);
+            }
+        }
+    };
+
     // One step: instantiated twice, as step 07's key tile. Steps that need no mask
     // (every query row in seqlen_q, every key in seqlen_k and, causal, seen by the
     // step's first row) run a copy with no masking code.
@@ -914,23 +937,7 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
 
         // S^T = K_j Q_i^T: the warp's 16 keys x BLOCK_M queries.
         float st_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3]: keys g, g+8; queries 8 nt + 2t, + 1
-#pragma unroll
-        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++) st_acc[nt][0] = st_acc[nt][1] = st_acc[nt][2] = st_acc[nt][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / MMA_K; kk++) {
-            // A = K (row major, as Q in the forward): rows lane % 16, chunk 2 kk + lane / 16 = a0..a3.
-            uint32_t k_frag[4];  // [a0..a3] of the warp's keys for d k-step kk
-            ldmatrix_x4(k_frag, a_rows.at(k_saddr, warp_key0, 2 * kk));
-#pragma unroll
-            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {
-                // B = Q^T, element (k = d, n = query) = Q[query][d]: Q's rows are the n of B, as K's
-                // in the forward: queries 8 nt + 0-7 (lanes 0-15) or + 8-15, d chunk 2 kk + lane / 8 % 2.
-                uint32_t q_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
-                ldmatrix_x4(q_frag, b_rows.at(qs_saddr, nt * MMA_N, 2 * kk));
-                mma_m16n8k16<T>(st_acc[nt], k_frag, q_frag[0], q_frag[1]);
-                mma_m16n8k16<T>(st_acc[nt + 1], k_frag, q_frag[2], q_frag[3]);
-            }
-        }
+        keys_times_queries_t(st_acc, k_saddr, qs_saddr);
 
         // P^T = exp2(S^T scale log2e - LSE log2e), in place. Masked: a hidden pair (a key
         // past seqlen_k or past the row's causal limit, a row past seqlen_q) is selected
@@ -974,20 +981,7 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
 
         // dP^T = V_j dO_i^T: as S^T, with V for K and dO for Q.
         float dpt_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3], as st_acc
-#pragma unroll
-        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++) dpt_acc[nt][0] = dpt_acc[nt][1] = dpt_acc[nt][2] = dpt_acc[nt][3] = 0.0f;
-#pragma unroll
-        for (int kk = 0; kk < D / MMA_K; kk++) {
-            uint32_t v_frag[4];  // [a0..a3] of the warp's keys for d k-step kk
-            ldmatrix_x4(v_frag, a_rows.at(v_saddr, warp_key0, 2 * kk));
-#pragma unroll
-            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {
-                uint32_t do_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
-                ldmatrix_x4(do_frag, b_rows.at(dos_saddr, nt * MMA_N, 2 * kk));
-                mma_m16n8k16<T>(dpt_acc[nt], v_frag, do_frag[0], do_frag[1]);
-                mma_m16n8k16<T>(dpt_acc[nt + 1], v_frag, do_frag[2], do_frag[3]);
-            }
-        }
+        keys_times_queries_t(dpt_acc, v_saddr, dos_saddr);
 
         // dS^T = P^T * (dP^T - D), in place in dpt_acc; masked pairs are 0 (a NaN in V at a key
         // a row does not see must not reach that row's dQ through 0 x NaN).
