@@ -267,9 +267,7 @@ def _backward(s, q, k, v, o, lse, dout, causal, scale):
     ok, why = s.backward_supports(bp)
     if not ok:
         raise ValueError(why if s.name in why else f"step {s.name}: {why}")
-    if (q.device.type == "cuda") != s.runs_on_gpu:
-        where = "one CUDA device" if s.runs_on_gpu else "the CPU"
-        raise ValueError(f"backward on {q.device} (allowed: {where}, for step {s.name})")
+    _check_device(s, "backward", q, q)
     s.backward(bp, _stream(s, q.device))
     return dq, dk, dv
 
