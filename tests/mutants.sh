@@ -26,6 +26,8 @@ mutants=(
   "13|splits_overlap|tile_hi = min(n_tiles, tile_lo + tiles_per_split)|tile_hi = min(n_tiles, tile_lo + tiles_per_split + 1)"
   "13|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
   "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
+  "13|page_off_by_one|pages[key >> page_shift]|pages[(key >> page_shift) + 1]"
+  "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then
   kept=()
