@@ -24,10 +24,11 @@
  *     of 16, 64 and 256 keys shuffled through the pool (fa2_problem_page), block table
  *     rows and pages padded past their minimum strides, pages without per-sequence
  *     lengths, lengths on dense K and V, NaN in a sequence's K row and V element,
- *     Nq 1 to 4 causal and not, GQA and MQA, and a 99 KB preset. Every row no key of
- *     a sequence occupies holds NaN (unowned pages, a last page's tail, dense rows past
- *     a length, table entries past a sequence's keys naming an unowned page), so a key
- *     read that is not the sequence's reaches O. A step that does not take a cache must
+ *     Nq 1 to 4 causal and not, GQA and MQA, batch 70,000 (a second launch, whose
+ *     sequences have lengths, table rows and pages of their own), and two 99 KB
+ *     presets. Every row no key of a sequence occupies holds NaN (unowned pages, a
+ *     last page's tail, dense rows past a length, table entries past a sequence's
+ *     keys naming an unowned page), so a key read that is not the sequence's reaches O. A step that does not take a cache must
  *     refuse every such case in one line naming the field, and its fa2_forward must
  *     touch nothing; a step that takes one must take every case.
  * Every tensor lives inside a guard zone: input padding and guards hold NaN (a
@@ -73,8 +74,8 @@ typedef struct {
     int may_refuse;    /* a step may refuse it (alignment, or its workspace limit), in one line */
     const char *preset; /* FA2_EMULATE for this case (NULL: this GPU's own limits) */
     int rescale_probe; /* the inputs must move some row's running max by > 2^8 after its first key tile */
-    /* A KV cache (fa2.h): seqlens_k from lens (one per sequence, batch <= KV_MAX_BATCH) when
-     * seqlens is set, K and V in shuffled pages of page_size keys when that is not 0; kv_pad
+    /* A KV cache (fa2.h): seqlens_k from lens when seqlens is set (sequence b has
+     * lens[b % KV_MAX_BATCH] keys: a batch past KV_MAX_BATCH repeats them), K and V in shuffled pages of page_size keys when that is not 0; kv_pad
      * pads the block table's rows (3 entries) and the pool's pages (64 elements) with NaN
      * and unowned pages, so a step must read block_table_batch_stride and k/v_batch_stride. */
     int seqlens, page_size, kv_pad;
@@ -216,7 +217,9 @@ static void case_name(char *name, size_t len, const test_case *c, const fa2_para
     if (c->no_lse) n += snprintf(name + n, len - n, " lse=NULL");
     if (c->on_stream) n += snprintf(name + n, len - n, " non-default stream");
     if (c->page_size) n += snprintf(name + n, len - n, " pages of %d%s", c->page_size, c->kv_pad ? " (table rows and pages padded)" : "");
-    for (int b = 0; c->seqlens && b < c->batch; b++) n += snprintf(name + n, len - n, "%s%d", b ? "," : " lengths ", c->lens[b]);
+    for (int b = 0; c->seqlens && b < c->batch && b < KV_MAX_BATCH; b++)
+        n += snprintf(name + n, len - n, "%s%d", b ? "," : " lengths ", c->lens[b]);
+    if (c->seqlens && c->batch > KV_MAX_BATCH) n += snprintf(name + n, len - n, ", ... (repeating)");
     if (c->preset) snprintf(name + n, len - n, " as %s", c->preset);
 }
 
@@ -373,7 +376,12 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     p.batch = c->batch, p.heads_q = c->hq, p.heads_kv = c->hkv, p.seqlen_q = c->nq, p.seqlen_k = c->nk;
     p.head_dim = c->d, p.causal = c->causal, p.dtype = c->t;
     p.softmax_scale = c->softmax_scale ? c->softmax_scale : 1.0f / sqrtf((float)c->d);
-    p.seqlens_k = c->seqlens ? c->lens : NULL; /* host memory: fa2_problem_make copies it */
+    int32_t *lens = NULL; /* host memory: fa2_problem_make copies it */
+    if (c->seqlens) {
+        lens = fa2_xmalloc(sizeof(int32_t) * (size_t)p.batch, "the sequence lengths");
+        for (int b = 0; b < p.batch; b++) lens[b] = c->lens[b % KV_MAX_BATCH];
+    }
+    p.seqlens_k = lens;
     const int kv_cache = c->seqlens || c->page_size;
     char name[256], why[512], config[256];
     case_name(name, sizeof name, c, &p);
@@ -384,6 +392,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     fa2_limits limits;
     if (fa2_limits_get(&limits, why, sizeof why) != FA2_LIMITS_OK) {
         report(0, why, "%s: the limits", name);
+        free(lens);
         return;
     }
 
@@ -394,11 +403,14 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
                         (scores * 4 <= 17179869184.0 ? scores * 6 : 0);
     if (need > 0.8 * (double)fa2_device_free_bytes()) {
         printf("SKIP %s: needs %.1f GB of GPU memory, %.1f GB free\n", name, need / 1e9, fa2_device_free_bytes() / 1e9);
+        free(lens);
         return;
     }
 
     fa2_problem pr;
     fa2_problem_make(&pr, &p, 1000 + (uint64_t)c->nq * 7 + c->nk, c->input_scale);
+    free(lens);
+    p.seqlens_k = NULL; /* pr has its own copy */
     put_nan(&pr, c->nan, c->nan_row, c->nan_col);
     if (c->seqlens) nan_past_lengths(&pr);
     if (c->page_size) fa2_problem_page(&pr, c->page_size, 1000 + (uint64_t)c->nq * 7 + c->nk);
@@ -638,7 +650,7 @@ static test_case kv_case(int batch, int hq, int hkv, int nq, int nk, int d, int 
     c.page_size = page_size;
     if (lens) {
         c.seqlens = 1;
-        memcpy(c.lens, lens, sizeof(int32_t) * (size_t)batch);
+        memcpy(c.lens, lens, sizeof(int32_t) * (size_t)(batch < KV_MAX_BATCH ? batch : KV_MAX_BATCH));
     }
     return c;
 }
@@ -691,6 +703,14 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
         run_case(steps, nsteps, &c);
         c = kv_case(3, 8, 1, 1, 3000, 128 >> t, 0, (fa2_dtype)t, 16, lens);
         c.nan = NAN_V_ELEMENT, c.nan_row = 1500, c.nan_col = 9;
+        run_case(steps, nsteps, &c);
+    }
+    /* Batch past the grid's z limit (65,535): the steps run a second launch for sequences
+     * 65,535 on (fa2_for_each_grid_chunk), which must read their own lengths, table rows and
+     * pages (sequence 65,535 + b has length lens[(b + 7) % 8], not lens[b]). */
+    {
+        const int32_t lens[8] = {0, 17, 1, 16, 15, 3, 32, 33};
+        test_case c = kv_case(70000, 2, 1, 1, 33, 64, 0, FA2_BF16, 16, lens);
         run_case(steps, nsteps, &c);
     }
     /* A GPU whose blocks get 99 KB of shared memory (step 13's small layout: 64-key tiles
