@@ -69,6 +69,7 @@ help:
 	@echo "make step=NN sanitize         compute-sanitizer memcheck, racecheck, synccheck, initcheck"
 	@echo "make step=NN variant NAME=X [DEFINES=-D...] [SRC=FILE]  a rebuilt copy in build/variants/X (sweeps, tests)"
 	@echo "make compare [SHAPES=all] [ROUNDS=3]  every step, the cuBLAS baseline and torch SDPA in rounds: the tables"
+	@echo "                              (SHAPES=seed, bench, sweep, decode, backward or all; backward: torch's backward per backend)"
 	@echo "make plots [CSV=...]          PNGs from a compare CSV (default: the newest committed one; matplotlib)"
 	@echo "make figures                  the figures of docs/ (docs/figures/*.svg) from the scratch programs' layouts"
 	@echo "make scratch [name=NAME ARGS=...]  print layouts: fragments, ldmatrix, swizzle, banks (name=verify: on the GPU)"

@@ -298,6 +298,25 @@ int fa2_validate_bwd_params(const fa2_bwd_params *bp, char *why, size_t why_len)
     return 1;
 }
 
+int fa2_validate_bwd_alignment(const fa2_bwd_params *bp, int bytes, const char *need, char *why, size_t why_len)
+{
+    const void *bases[4];
+    dim d[4][4];
+    grads_of(bp, bases, d);
+    for (int t = 0; t < 4; t++)
+        if ((uintptr_t)bases[t] % (uintptr_t)bytes)
+            REFUSE("%s at address %p (allowed: %d-byte aligned, for %s)", GRAD_NAMES[t], bases[t], bytes, need);
+    static const int order[3] = {3, 1, 2}; /* batch, row, head: the ABI's order of the strides */
+    for (int t = 0; t < 4; t++)
+        for (int k = 0; k < 3; k++) {
+            const int64_t stride = d[t][order[k]].stride;
+            if (stride * 2 % bytes)
+                REFUSE("%s_%s_stride %lld (allowed: a multiple of %d elements, for %s)", GRAD_NAMES[t],
+                       DIM_NAMES[order[k]], (long long)stride, bytes / 2, need);
+        }
+    return 1;
+}
+
 int fa2_validate_bwd_workspace(const fa2_bwd_params *bp, size_t need, char *why, size_t why_len)
 {
     if (need && (!bp->fwd.workspace || bp->fwd.workspace_bytes < need))
@@ -315,7 +334,7 @@ int fa2_validate_bwd_workspace(const fa2_bwd_params *bp, size_t need, char *why,
 int fa2_refuse_backward(const fa2_bwd_params *bp, const char *step, char *why, size_t why_len)
 {
     if (!fa2_validate_bwd_params(bp, why, why_len)) return 0;
-    REFUSE("fa2_backward: step %s computes the forward alone (allowed: a step with a backward: 00)", step);
+    REFUSE("fa2_backward: step %s computes the forward alone (allowed: a step with a backward: 00 or 14)", step);
 }
 
 static _Thread_local char last_error[256];

@@ -41,6 +41,10 @@ int fa2_validate_workspace(const fa2_params *p, size_t need, char *why, size_t w
  * dq, dk and dv each written once, apart from every input and from each other. */
 int fa2_validate_bwd_params(const fa2_bwd_params *p, char *why, size_t why_len);
 
+/* fa2_validate_alignment for the backward's own tensors: 1 if dout, dq, dk, dv and
+ * each of their strides in bytes are multiples of `bytes`; otherwise 0 and one line. */
+int fa2_validate_bwd_alignment(const fa2_bwd_params *p, int bytes, const char *need, char *why, size_t why_len);
+
 /* fa2_validate_workspace for a backward: also apart from dout, dq, dk and dv. */
 int fa2_validate_bwd_workspace(const fa2_bwd_params *p, size_t need, char *why, size_t why_len);
 

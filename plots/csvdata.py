@@ -32,13 +32,21 @@ RENAMED = {
 
 
 def read_rows(path):
-    """Rows with a finite time, TFLOP/s recomputed from it: the CSV's column has 2 decimals,
-    and step 00 on the CPU is below 0.01 TFLOP/s."""
+    """Forward rows with a finite time, TFLOP/s recomputed from it: the CSV's column has 2
+    decimals, and step 00 on the CPU is below 0.01 TFLOP/s. The backward's rows (make compare
+    SHAPES=backward) are left out, told apart as reference/table.awk tells them: a row
+    torch_sdpa_<backend>_backward, or <name>_backward after a row <name> at the same shape."""
     rows = []
+    seen = set()
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             for k in INT_FIELDS:
                 r[k] = int(r[k])
+            step = r["step"]
+            seen.add((step, shape_of(r)))
+            if step.endswith("_backward") and (step.startswith("torch_sdpa_") or
+                                               (step[:-len("_backward")], shape_of(r)) in seen):
+                continue
             r["step"] = RENAMED.get(r["step"], r["step"])
             try:
                 ms = float(r["ms_median"])

@@ -7,9 +7,17 @@
 # round's median launch time: a ratio does not move with the order of the runs.
 #
 # usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
-#   SET: seed, bench, sweep, decode (reference/shapes.txt), or all (bench and sweep).
+#   SET: seed, bench, sweep, decode, backward (reference/shapes.txt), or all (bench and sweep).
 #   decode's tables give GB/s of K and V read and the % of the streaming-read bandwidth
 #   (reference/bandwidth_ceiling) instead of TFLOP/s and the mma ceilings.
+#   backward times the backward: every step that has one (its kernel file does not answer
+#   with fa2_refuse_backward; step 00 at the seed shape only, in round 1) through the
+#   harness's --backward, and torch's backward per backend (sdpa.py --backward), in the
+#   same rounds; the table (table.awk's backward mode) reads the rows named <step>_backward,
+#   their TFLOP/s counting 2.5 forwards. Round 1 checks the steps' dQ, dK, dV against the
+#   harness's fp64 backward on the CPU where it takes at most BWD_FULL_CHECK_MACS
+#   multiply-adds (2^32: the seed shape, seconds), and says UNCHECKED with why beyond
+#   it (tests/gpu_matrix.c checks the backward over its cases); torch's, on the GPU in fp64, always.
 #   ROUNDS (default 3) rounds; ITERS (default 50) timed launches per contender per round, after
 #   3 untimed ones (the first loads the module; a round's median needs no more warm-up).
 # Needs the binaries built (make all). Writes a new pair of files per run:
@@ -28,10 +36,12 @@ ITERS=${ITERS:-50}
 
 set_name=${1:-${SHAPES:-seed}}
 case $set_name in
-  seed|bench|sweep|decode) sets=("$set_name") ;;
+  seed|bench|sweep|decode|backward) sets=("$set_name") ;;
   all) sets=(bench sweep) ;;
-  *) echo "error: compare.sh: SHAPES='$set_name' is not allowed (allowed: seed, bench, sweep, decode, all)" >&2; exit 2 ;;
+  *) echo "error: compare.sh: SHAPES='$set_name' is not allowed (allowed: seed, bench, sweep, decode, backward, all)" >&2; exit 2 ;;
 esac
+backward=$([ "$set_name" = backward ] && echo 1 || echo 0)
+BWD_FULL_CHECK_MACS=4294967296  # 2^32: the fp64 backward on the CPU does about nine per count
 case $ROUNDS in ''|*[!0-9]*|0) echo "error: compare.sh: ROUNDS='$ROUNDS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 case $ITERS in ''|*[!0-9]*|0) echo "error: compare.sh: ITERS='$ITERS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 # Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype", each once.
@@ -50,6 +60,8 @@ step_bins=()
 missing=()
 for dir in steps/[0-9][0-9]_*; do
   compgen -G "$dir/kernel.c*" >/dev/null || continue  # a folder left empty by a rename
+  # SHAPES=backward: the steps with a backward (the others answer with fa2_refuse_backward)
+  [ $backward = 1 ] && grep -q fa2_refuse_backward "$dir"/kernel.c* && continue
   bin=build/step$(basename "$dir" | cut -c1-2)/fa2
   [ -x "$bin" ] && step_bins+=("$bin") || missing+=("$bin")
 done
@@ -122,6 +134,16 @@ for shape in "${shapes[@]}"; do
   read -r b h hkv nq nk d causal dtype <<<"$shape"
   args=(--batch "$b" --heads "$h" --kv-heads "$hkv" --seqlen-q "$nq" --seqlen-k "$nk" --dim "$d" --dtype "$dtype")
   [ "$causal" = 1 ] && args+=(--causal)
+  # the backward's check in round 1: whole (--check full) where the harness's fp64 backward
+  # is cheap, else sample, which for the backward says UNCHECKED and why (fa2_bwd_reference_macs)
+  full_check=0
+  if [ $backward = 1 ]; then
+    args+=(--backward)
+    full_check=$(awk -v b="$b" -v h="$h" -v nq="$nq" -v nk="$nk" -v d="$d" -v c="$causal" -v most="$BWD_FULL_CHECK_MACS" 'BEGIN {
+      shift = nk - nq
+      pairs = c != 1 ? nq * nk : (shift >= 0 ? nq * (shift + 1) + nq * (nq - 1) / 2 : nk * (nk + 1) / 2)
+      print (b * h * pairs * d <= most) ? 1 : 0 }')
+  fi
   # The contenders: every step that runs at this shape (the CPU step and the scalar step take
   # seconds per launch: the seed shape only), the cuBLAS baseline, and torch's backends as one.
   contenders=()
@@ -129,12 +151,13 @@ for shape in "${shapes[@]}"; do
     case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || continue ;; esac
     contenders+=("$bin")
   done
-  contenders+=(build/reference/cublas/fa2)
+  [ $backward = 1 ] || contenders+=(build/reference/cublas/fa2)  # no backward
   [ $torch_ok = 1 ] && contenders+=(torch)
   for ((round = 1; round <= ROUNDS; round++)); do
     echo
     echo "== $dtype B=$b H=$h/$hkv Nq=$nq Nk=$nk d=$d $([ "$causal" = 1 ] && echo causal || echo non-causal), round $round of $ROUNDS"
     check=$([ "$round" = 1 ] && echo sample || echo off)  # round 1 checks against fp64; later rounds only time
+    step_check=$([ "$round" = 1 ] && [ "$full_check" = 1 ] && echo full || echo "$check")
     count=${#contenders[@]}
     for ((i = 0; i < count; i++)); do
       c=${contenders[$(( (i + round - 1) % count ))]}
@@ -146,9 +169,9 @@ for shape in "${shapes[@]}"; do
           done
           run "$PYTHON" reference/sdpa.py "${args[@]}" --warmup 3 --iters "$ITERS" --check "$check" --csv "$csv" --require \
               --backends "$(IFS=,; echo "${order[*]}")" ;;
-        build/step00/*) [ "$round" = 1 ] && run "$c" "${args[@]}" --iters 1 --check "$check" --csv "$csv" ;;
-        build/step01/*) run "$c" "${args[@]}" --warmup 2 --iters 10 --check "$check" --csv "$csv" ;;
-        *) run "$c" "${args[@]}" --warmup 3 --iters "$ITERS" --check "$check" --csv "$csv" ;;
+        build/step00/*) [ "$round" = 1 ] && run "$c" "${args[@]}" --iters 1 --check "$step_check" --csv "$csv" ;;
+        build/step01/*) run "$c" "${args[@]}" --warmup 2 --iters 10 --check "$step_check" --csv "$csv" ;;
+        *) run "$c" "${args[@]}" --warmup 3 --iters "$ITERS" --check "$step_check" --csv "$csv" ;;
       esac
     done
   done
@@ -156,6 +179,6 @@ done
 
 echo
 echo "== $gpu${FA2_EMULATE:+ as $FA2_EMULATE}, $today: $runs runs ($ROUNDS rounds), $failed failed, $unsupported unsupported; rows in $csv"
-awk -v mode=text -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" \
+awk -v mode=text -v backward="$backward" -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" \
     -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
 [ $failed -eq 0 ]

@@ -7,6 +7,11 @@
 # A CSV of `make compare SHAPES=decode` rewrites the lines between
 #   <!-- decode-table:begin -->  and  <!-- decode-table:end -->
 # instead: one table per decode shape, in GB/s and % of the bandwidth-*.csv beside it.
+# A CSV of `make compare SHAPES=backward` (it holds backward rows: table.awk says which rows
+# are) rewrites the lines between
+#   <!-- backward-table:begin -->  and  <!-- backward-table:end -->
+# instead: one table per backward shape, from the backward rows alone (TFLOP/s counting 2.5
+# forwards, against torch's backward per backend, % of the mma.sync ceiling).
 #
 # With --summary, the README's one results table instead: the shapes of the summary set of
 # reference/shapes.txt that the CSV holds (prefill shapes from a bench CSV, between
@@ -47,9 +52,14 @@ has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of S
 }
 table=compare
 has_rows_of decode seed && table=decode
+[ "$(awk -v mode=count_backward -f reference/table.awk "$csv")" -gt 0 ] && table=backward
 marker=$table-table
-shapes=$(shapes_of "$([ $table = decode ] && echo decode || echo bench)")
+shapes=$(shapes_of "$([ $table = compare ] && echo bench || echo $table)")
 rows_csv=$csv
+if [ $summary = 1 ] && [ $table = backward ]; then
+  echo "error: readme_table.sh: --summary with a backward CSV ($csv) is not allowed (allowed: a bench or decode CSV; the backward's tables: without --summary)" >&2
+  exit 2
+fi
 if [ $summary = 1 ]; then
   marker=summary-$marker
   shapes=$(shapes_of summary | grep -xF "$shapes" || true)
@@ -70,6 +80,7 @@ gpu=$(awk -F, 'FNR > 1 && $2 != "CPU" { g = $2 } END { print g }' "$csv")
 dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } END { print (f == l ? f : f " to " l) }' "$csv")
 command='make compare'
 if [ $table = decode ]; then command='make compare SHAPES=decode'
+elif [ $table = backward ]; then command='make compare SHAPES=backward'
 elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
 rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11]++ }
                   END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
@@ -83,7 +94,8 @@ elif [ -f "$ceiling_csv" ]; then
   mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
   wgmma=$(awk -F, '$1 == "wgmma_m64n256k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
   [ -n "$mma" ] && ceiling_note="; mma.sync m16n8k16 ceiling (fp16) $mma TFLOP/s"
-  [ -n "$wgmma" ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
+  # the backward's table gives mma.sync's share alone (step 14 runs mma.sync)
+  [ -n "$wgmma" ] && [ $table = compare ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
   [ -n "$ceiling_note" ] && ceiling_note="$ceiling_note from \`$ceiling_csv\`"
 fi
 # The steps that run wgmma, the Makefile's one list (table.awk holds them to wgmma's ceiling,
@@ -106,7 +118,12 @@ trap 'rm -f "$block" "$block.readme"; [ "$rows_csv" = "$csv" ] || rm -f "$rows_c
   echo "Each time is the median over the rounds of each round's median launch time; ratios are speed ratios to torch SDPA"
   echo "measured in the same rounds (above 1: faster than torch)."
   [ -z "$ceiling_rule" ] || echo "$ceiling_rule"
-  if [ $table = decode ]; then
+  if [ $table = backward ]; then
+    echo "The times are the backward's alone (dQ, dK, dV from Q, K, V, O, LSE and dO; torch's: autograd.grad of a forward run"
+    echo "before the timing), against torch's backward per backend; TFLOP/s count 2.5 forwards, as FA2 and FA3 count a backward."
+    awk -v mode=markdown -v backward=1 -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
+        -f reference/table.awk "$rows_csv"
+  elif [ $table = decode ]; then
     awk -v mode=markdown -v bandwidth_csv="$bandwidth_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
         -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$rows_csv"
   else

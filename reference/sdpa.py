@@ -9,6 +9,14 @@ torch_sdpa_default (no backend restriction: what a user gets).
 With --step NN it also runs a step of this repository on the same torch tensors, through
 python/fa2.py (the ctypes binding), checks it against SDPA and times it the same way.
 
+With --backward it times each backend's backward instead (rows torch_sdpa_flash_backward
+and so on, as the harness names a step's backward row): the forward runs once, outside the
+timed region, on inputs that require grad; each timed launch is torch.autograd.grad of
+that output, dO given, the graph retained (autograd.grad returns the gradients and
+accumulates none, so nothing is zeroed between launches). dQ, dK and dV of the first
+launch are checked whole against an fp64 backward. TFLOP/s count 2.5 forwards, as FA2,
+FA3 and the harness count a backward.
+
 Optional: needs torch with CUDA. Without it, one line and exit 0 (exit 3 with --require).
 """
 import argparse
@@ -50,10 +58,14 @@ def parse_args():
     ap.add_argument("--dim", type=int, default=128)
     ap.add_argument("--causal", action="store_true", help="bottom-right aligned, as FA2 and the steps")
     ap.add_argument("--dtype", choices=["fp16", "bf16"], default="fp16")
-    ap.add_argument("--shapes", choices=["seed", "bench", "sweep", "decode"], help="a set of reference/shapes.txt instead")
+    ap.add_argument("--shapes", choices=["seed", "bench", "sweep", "decode", "backward"],
+                    help="a set of reference/shapes.txt instead")
     ap.add_argument("--backends", default=",".join(BACKENDS), help="which, in this order (default: all)")
     ap.add_argument("--step", action="append", default=[], help="also run this step (its id, e.g. 07) via python/fa2.py")
-    ap.add_argument("--check", choices=["sample", "off"], default="sample")
+    ap.add_argument("--backward", action="store_true",
+                    help="time and check the backward (dQ, dK, dV) instead of the forward")
+    ap.add_argument("--check", choices=["sample", "off"], default="sample",
+                    help="sample: the forward's sampled rows, or with --backward dQ, dK, dV whole")
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--iters", type=int, default=100)
     ap.add_argument("--seed", type=int, default=1)
@@ -70,6 +82,8 @@ def parse_args():
     a.kv_heads = a.kv_heads or a.heads
     if a.kv_heads < 1 or a.heads % a.kv_heads:
         ap.error(f"--kv-heads {a.kv_heads} is not allowed (allowed: a divisor of --heads {a.heads})")
+    if a.backward and a.step:
+        ap.error("--step with --backward is not allowed (allowed: one or the other)")
     a.backends = a.backends.split(",")
     for b in a.backends:
         if b not in BACKENDS:
@@ -112,6 +126,70 @@ def status_of(err, dtype):
     return "PASS" if err[0] <= tol_rel and err[1] <= tol_abs else "FAIL"
 
 
+# The backward's bound, as the harness's (common/harness.h, FA2_BWD_TOL_U; check.c says why):
+# each of dQ, dK, dV within a relative L2 error of 8 units of the dtype's rounding. The
+# harness adds what the forward's score and LSE errors carry in at peaky scores; the inputs
+# here are N(0, 1), where that is far below it.
+BWD_TOL_U = 8.0
+UNIT_ROUNDOFF = {"fp16": 1.0 / 2048, "bf16": 1.0 / 256}
+REF_CHUNK_ELEMS = 1 << 26  # scores per chunk of the fp64 backward: 512 MB in each of S, P, dP, dS
+
+
+def reference_backward(torch, q, k, v, do, scale, causal):
+    """fp64 dQ, dK, dV of every row, from the same rounded inputs: [B, H, N, d] views in,
+    dense [B, H, N, d] float64 out (dK, dV per K/V head, summed over its group of query
+    heads). P is recomputed in fp64 and D = rowsum(P * dP), which is rowsum(dO * O) with
+    the exact O. Query rows go in chunks, so the scores of one chunk stay within
+    REF_CHUNK_ELEMS however long the sequence."""
+    b_n, h_n, nq, d = q.shape
+    hkv, nk = k.shape[1], k.shape[2]
+    group = h_n // hkv
+    shift = nk - nq  # bottom-right aligned causal mask
+    dq = torch.zeros(q.shape, dtype=torch.float64, device=q.device)
+    dk = torch.zeros(k.shape, dtype=torch.float64, device=q.device)
+    dv = torch.zeros(v.shape, dtype=torch.float64, device=q.device)
+    keys = torch.arange(nk, device=q.device)
+    chunk = max(1, REF_CHUNK_ELEMS // nk)
+    for b in range(b_n):
+        for h in range(h_n):
+            hk = h // group
+            k64, v64 = k[b, hk].double(), v[b, hk].double()
+            for r0 in range(0, nq, chunk):
+                r1 = min(nq, r0 + chunk)
+                q64, do64 = q[b, h, r0:r1].double(), do[b, h, r0:r1].double()
+                s = (q64 @ k64.T) * scale
+                if causal:
+                    hidden = keys[None, :] > torch.arange(r0, r1, device=q.device)[:, None] + shift
+                    s = s.masked_fill(hidden, float("-inf"))
+                    p = torch.softmax(s, dim=-1).masked_fill(hidden.all(dim=-1, keepdim=True), 0.0)  # no key: 0
+                else:
+                    p = torch.softmax(s, dim=-1)
+                dp = do64 @ v64.T
+                ds = p * (dp - (p * dp).sum(dim=-1, keepdim=True))
+                dv[b, hk] += p.T @ do64
+                dq[b, h, r0:r1] = (ds @ k64) * scale
+                dk[b, hk] += (ds.T @ q64) * scale
+                del s, p, dp, ds
+    return dq, dk, dv
+
+
+def backward_errors(grads, refs):
+    """(largest rel_l2, largest max_abs, nan) over dQ, dK, dV, as the harness's backward row;
+    and the three rel_l2 for the line."""
+    rels, abss = [], []
+    for g, r in zip(grads, refs):
+        diff = g.double() - r
+        rels.append((diff.norm() / r.norm()).item())
+        abss.append(diff.abs().max().item())
+    worst = float("nan") if any(x != x for x in rels) else max(rels)
+    return (worst, max(abss), float("nan")), rels
+
+
+def bwd_status_of(rels, dtype):
+    bound = BWD_TOL_U * UNIT_ROUNDOFF[dtype]
+    return "PASS" if all(x <= bound for x in rels) else "FAIL"  # a NaN fails
+
+
 class Timer:
     """The harness's timing rule (common/device.c): warm-up, then per launch a write of
     twice the L2 size (so Q, K, V come from DRAM), an event, the launch, an event."""
@@ -151,13 +229,14 @@ class Results:
         self.csv_path = csv_path
         self.failed = 0
 
-    def add(self, step, key_change, shape, timing=None, err=None, status="UNSUPPORTED", why=""):
+    def add(self, step, key_change, shape, timing=None, err=None, status="UNSUPPORTED", why="", flop_factor=1.0):
+        """flop_factor: 2.5 for a backward (FA2 and FA3 count it as 2.5 forwards)."""
         b, h, hkv, nq, nk, d, causal, dtype = shape
         nan = float("nan")
         ms = timing or (nan, nan, nan)
-        tflops = 4.0 * b * h * visible_pairs(nq, nk, causal) * d / (ms[0] * 1e-3) / 1e12 if timing else nan
+        tflops = flop_factor * 4.0 * b * h * visible_pairs(nq, nk, causal) * d / (ms[0] * 1e-3) / 1e12 if timing else nan
         err = err or (nan, nan, nan)
-        line = (f"{step:<22} {dtype} B{b} H{h}/{hkv} Nq{nq} Nk{nk} d{d} {'causal' if causal else 'non-causal'}"
+        line = (f"{step:<{30 if step.endswith('_backward') else 22}} {dtype} B{b} H{h}/{hkv} Nq{nq} Nk{nk} d{d} {'causal' if causal else 'non-causal'}"
                 f" | {status}")
         if timing:
             line += (f" rel_l2 {err[0]:.1e} max_abs {err[1]:.1e} lse {err[2]:.1e} | {ms[0]:.4f} ms "
@@ -217,6 +296,51 @@ def run_sdpa_backends(torch, args, shape, timer, results, inputs, ref):
     return default_out
 
 
+def run_sdpa_backward(torch, args, shape, timer, results, inputs, dout, ref):
+    """One backward row per backend, in the order given: the forward once, untimed, then the
+    backward alone timed (torch.autograd.grad of that output, the graph kept for the next)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.nn.attention.bias import causal_lower_right
+    import torch.nn.functional as F
+
+    q, k, v = inputs
+    b, h, hkv, nq, nk, d, causal, dtype = shape
+    backend_of = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH, "default": None}
+    mask = causal_lower_right(nq, nk) if causal and nq != nk else None  # as the forward's rows
+    for name in args.backends:
+        step, text = BACKENDS[name]
+        step, text = step + "_backward", text + ", backward"
+        o = grads = None
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            try:
+                with sdpa_kernel(backend_of[name]) if backend_of[name] is not None else contextlib.nullcontext():
+                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
+                                                       enable_gqa=hkv != h)
+
+                    def launch():
+                        return torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
+
+                    grads = launch()
+                    err, rels = backward_errors(grads, ref) if ref else (None, None)
+                    del grads
+                    timing = timer(launch)
+            except (RuntimeError, NotImplementedError) as e:  # no kernel for these inputs, or out of memory
+                reasons = [one_line(w.message) for w in caught] + [one_line(e)]
+                del o, grads
+                results.add(step, text, shape, why=" / ".join(reasons)[:300])
+                torch.cuda.empty_cache()
+                continue
+        del o
+        torch.cuda.empty_cache()
+        if rels:
+            print(f"{step}: dq rel_l2 {rels[0]:.1e} dk {rels[1]:.1e} dv {rels[2]:.1e} "
+                  f"(allowed {BWD_TOL_U * UNIT_ROUNDOFF[dtype]:.1e} each)")
+        results.add(step, text, shape, timing, err, bwd_status_of(rels, dtype) if rels else "UNCHECKED",
+                    flop_factor=2.5)
+
+
 def run_step(torch, step_id, shape, timer, results, storage, ref, sdpa_out):
     """A step of this repository on the same [B, N, H, d] tensors, through python/fa2.py."""
     b, h, hkv, nq, nk, d, causal, dtype = shape
@@ -263,6 +387,18 @@ def main():
         storage = [torch.randn(b, n, heads, d, generator=gen, device=DEVICE, dtype=torch.float32).to(tdtype)
                    for n, heads in ((nq, h), (nk, hkv), (nk, hkv))]
         inputs = [t.transpose(1, 2) for t in storage]
+        if args.backward:
+            # dO drawn after Q, K, V, dense [B, N, H, d] as the harness's, given as O's [B, H, N, d] view
+            dout = torch.randn(b, nq, h, d, generator=gen, device=DEVICE, dtype=torch.float32).to(tdtype).transpose(1, 2)
+            ref = (reference_backward(torch, *inputs, dout, d ** -0.5, causal)
+                   if args.check == "sample" else None)
+            # the [B, H, N, d] views, taken again of the leaves now that they require grad, are
+            # what autograd.grad differentiates by: dQ, dK, dV as the backward kernels write them
+            inputs = [t.requires_grad_(True).transpose(1, 2) for t in storage]
+            run_sdpa_backward(torch, args, shape, timer, results, inputs, dout, ref)
+            del storage, inputs, dout, ref
+            torch.cuda.empty_cache()
+            continue
         ref = reference_rows(torch, *inputs, sample_rows(nq), d ** -0.5, causal) if args.check == "sample" else None
         sdpa_out = run_sdpa_backends(torch, args, shape, timer, results, inputs, ref)
         for step_id in args.step:

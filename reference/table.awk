@@ -10,10 +10,20 @@
 #   step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change
 # GB/s counts the bytes of K and V (2 x batch x heads_kv x seqlen_k x head_dim x 2), each
 # read once, over the time; the bandwidth is the stream_read probe of the bandwidth CSV.
+# With backward=1 (make compare SHAPES=backward) the tables are the backward's, from its rows
+# alone, each contender under its forward's name:
+#   step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | key change
+# TFLOP/s count 2.5 forwards (as FA2 and FA3 count a backward); the ratios are to torch's
+# backward per backend. A backward row is torch_sdpa_<backend>_backward (sdpa.py --backward),
+# or <name>_backward where <name> has a row at the same shape: the harness writes a step's
+# forward row and then its backward row (common/main.c). The second rule, not the suffix
+# alone, tells step 14's forward row (its name, 14_backward, ends in _backward too) from its
+# backward row, 14_backward_backward. Without backward=1 the backward rows are left out.
+# mode=count_backward prints the number of backward rows and no table (readme_table.sh asks).
 #
 # awk -v mode=text|markdown -v ceiling_csv=FILE -v shapes="B HQ HKV NQ NK D C DTYPE;..." \
 #     [-v sweep="B HQ HKV NQ NK D C DTYPE;..."] [-v decode="...;..." -v bandwidth_csv=FILE] \
-#     [-v wgmma_steps="09 10 ..."] -f reference/table.awk compare.csv
+#     [-v wgmma_steps="09 10 ..."] [-v backward=1] -f reference/table.awk compare.csv
 #   shapes: which shapes, in this order (default: every shape of the CSV, in CSV order);
 #   wgmma_steps: the step numbers that run wgmma (default: `make -s hopper-steps`, asked from
 #     the current directory, the repository root; if that answers nothing, every row gets
@@ -63,15 +73,20 @@ BEGIN {
 FNR == 1 && $1 == "step" { next }
 NF >= 19 {
     key = shape_key($5, $6, $7, $8, $9, $10, $11, $4)
-    step_name = ($1 in renamed) ? renamed[$1] : $1
+    has_row[key, $1] = 1
+    is_bwd = $1 ~ /^torch_sdpa_[a-z]+_backward$/ || ($1 ~ /_backward$/ && (key, substr($1, 1, length($1) - 9)) in has_row)
+    n_backward += is_bwd
+    if (is_bwd != (backward == 1)) next
+    step_name = is_bwd ? substr($1, 1, length($1) - 9) : $1
+    if (step_name in renamed) step_name = renamed[step_name]
     if (!(key in seen_shape)) { seen_shape[key] = 1; shape_order[++n_shapes] = key }
     if (!((key, step_name) in n_rounds)) { steps_of[key] = steps_of[key] " " step_name; n_rounds[key, step_name] = 0; status[key, step_name] = "UNCHECKED" }
     device[key, step_name] = $2
+    if (NF >= 20) key_text[step_name] = unquote(20)
     if ($19 == "UNSUPPORTED") { status[key, step_name] = "UNSUPPORTED"; next }
     if (valid($12)) times[key, step_name, ++n_rounds[key, step_name]] = $12 + 0
     # a failed check in any round shows; else the checked round's PASS
     if ($19 == "FAIL" || ($19 == "PASS" && status[key, step_name] != "FAIL")) status[key, step_name] = $19
-    if (NF >= 20) key_text[step_name] = unquote(20)
 }
 
 # Fields from `from` to NF, joined by the commas the split took out, without the CSV quotes.
@@ -118,7 +133,8 @@ function tflops_of(key, step,    f, m) {
     if (m == "") return ""
     split(key, f, "|"); split(f[2], f, " ")
     # From the time, not the CSV's 2-decimal column: step 00 on the CPU is below 0.01 TFLOP/s.
-    return 4 * f[1] * f[2] * visible_pairs(f[4], f[5], f[7]) * f[6] / (m * 1e-3) / 1e12
+    # A backward counts 2.5 forwards.
+    return (backward == 1 ? 2.5 : 1) * 4 * f[1] * f[2] * visible_pairs(f[4], f[5], f[7]) * f[6] / (m * 1e-3) / 1e12
 }
 
 # Sort key: the steps in order, then the cuBLAS baseline, then torch's backends, then the rest.
@@ -176,6 +192,7 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
+    if (backward == 1) { print_backward_table(key, list, n); return }
     if (key in is_decode) { print_decode_table(key, list, n); return }
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash")
@@ -214,6 +231,23 @@ function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, 
     }
 }
 
+# The backward's table: its TFLOP/s (2.5 forwards), against torch's backward per backend, and
+# the share of the mma.sync ceiling (the instruction step 14 runs; torch's rows too).
+function print_backward_table(key, list, n,    i, s, flash, cudnn, dflt, dtype, parts, tf, pct, widths) {
+    split(key, parts, "|"); dtype = parts[1]
+    flash = tflops_of(key, "torch_sdpa_flash"); cudnn = tflops_of(key, "torch_sdpa_cudnn"); dflt = tflops_of(key, "torch_sdpa_default")
+    widths = "-36 10 8 13 9 16 14"
+    print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | key change |",
+                 sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs cuDNN",
+                         "vs default SDPA", "% of mma.sync", "rounds", "key change"))
+    for (i = 1; i <= n; i++) {
+        s = list[i]
+        tf = tflops_of(key, s)
+        pct = tf != "" && (dtype in ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
+        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt), pct)
+    }
+}
+
 # Markdown: steps down, the sweep's seqlens across, TFLOP/s in the cells.
 function print_sweep(    specs, n_specs, i, j, k, key, keys, n_keys, steps, n_steps, list, n, s, row, tmp, f) {
     n_specs = split(sweep, specs, ";")
@@ -244,6 +278,7 @@ function print_sweep(    specs, n_specs, i, j, k, key, keys, n_keys, steps, n_st
 }
 
 END {
+    if (mode == "count_backward") { print n_backward + 0; exit }
     if (shapes == "") {
         for (i = 1; i <= n_shapes; i++) print_table(shape_order[i])
     } else {

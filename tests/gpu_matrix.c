@@ -39,6 +39,14 @@
  * must stay poisoned. In the KV-cache cases the inputs, the page pools, the block
  * table and seqlens_k sit in guard zones too (int32 guards all bits set), and every
  * byte of those allocations must be as uploaded after each step.
+ * The backward, for every step whose fa2_backward_supports takes the params (the
+ * others say they compute the forward alone): dQ, dK and dV from the step's own
+ * forward O and LSE, against the fp64 backward given that O, over tails (seqlen 1,
+ * odd lengths), causal with Nq != Nk both ways (rows that see no key), GQA 4:1 and
+ * MQA, d 64 and 128, fp16 and bf16, a padded and a [b,h,s,d] layout, Q and K scaled
+ * by 4 and 30, a NaN in a Q row, a 99 KB preset, and FA2_DETERMINISTIC=1 (which must
+ * give the same bits twice); dQ, dK, dV and the workspace are poisoned inside guard
+ * zones, as O is, and every element must be written and nothing around them.
  * Without a usable GPU it prints one SKIP line per step and exits 0. */
 #include <math.h>
 #include <stdint.h>
@@ -80,6 +88,7 @@ typedef struct {
      * and unowned pages, so a step must read block_table_batch_stride and k/v_batch_stride. */
     int seqlens, page_size, kv_pad;
     int32_t lens[KV_MAX_BATCH];
+    int deterministic; /* the backward's cases: FA2_DETERMINISTIC=1 (and the same bits twice) */
 } test_case;
 
 /* Elements of NaN/poison before and after every tensor, and LSE floats likewise. */
@@ -220,29 +229,37 @@ static void case_name(char *name, size_t len, const test_case *c, const fa2_para
     for (int b = 0; c->seqlens && b < c->batch && b < KV_MAX_BATCH; b++)
         n += snprintf(name + n, len - n, "%s%d", b ? "," : " lengths ", c->lens[b]);
     if (c->seqlens && c->batch > KV_MAX_BATCH) n += snprintf(name + n, len - n, ", ... (repeating)");
+    if (c->deterministic) n += snprintf(name + n, len - n, " FA2_DETERMINISTIC=1");
     if (c->preset) snprintf(name + n, len - n, " as %s", c->preset);
 }
 
-/* Writes outside O's elements: every element of the host copy of O's allocation
- * that is not an element of O must still hold the poison. Overwrites O's elements. */
+/* Writes outside a tensor's elements: every element of the host copy of its allocation
+ * that is not an element of the tensor (laid out by l from element `start`) must still
+ * hold the poison. Overwrites the tensor's elements. */
+static long tensor_writes_outside(uint16_t *alloc, size_t elems, const tensor_layout *l, size_t start)
+{
+    if (is_dense(l)) { /* one range: look at what is around it */
+        const size_t end = start + (size_t)span_of(l);
+        long n = 0;
+        for (size_t i = 0; i < start; i++) n += alloc[i] != FA2_POISON16;
+        for (size_t i = end; i < elems; i++) n += alloc[i] != FA2_POISON16;
+        return n;
+    }
+    for (int b = 0; b < l->batch; b++)
+        for (int i = 0; i < l->seqlen; i++)
+            for (int h = 0; h < l->heads; h++)
+                memset(alloc + start + b * l->bs + (int64_t)i * l->rs + h * l->hs, 0xff, (size_t)l->d * 2);
+    long n = 0;
+    for (size_t i = 0; i < elems; i++) n += alloc[i] != FA2_POISON16;
+    return n;
+}
+
+/* The same for O, laid out by p's o strides. */
 static long writes_outside(uint16_t *o_alloc, size_t elems, const fa2_params *p, size_t start)
 {
     const tensor_layout l = {p->batch, p->seqlen_q, p->heads_q, p->head_dim, p->o_batch_stride, p->o_row_stride,
                              p->o_head_stride};
-    if (is_dense(&l)) { /* O is one range: look at what is around it */
-        const size_t end = start + fa2_numel_q(p);
-        long n = 0;
-        for (size_t i = 0; i < start; i++) n += o_alloc[i] != FA2_POISON16;
-        for (size_t i = end; i < elems; i++) n += o_alloc[i] != FA2_POISON16;
-        return n;
-    }
-    for (int b = 0; b < p->batch; b++)
-        for (int i = 0; i < p->seqlen_q; i++)
-            for (int h = 0; h < p->heads_q; h++)
-                memset(o_alloc + start + b * l.bs + (int64_t)i * l.rs + h * l.hs, 0xff, (size_t)l.d * 2);
-    long n = 0;
-    for (size_t i = 0; i < elems; i++) n += o_alloc[i] != FA2_POISON16;
-    return n;
+    return tensor_writes_outside(o_alloc, elems, &l, start);
 }
 
 /* Bytes of the guards around a step's workspace (its ws_bytes after WS_GUARD poisoned
@@ -614,6 +631,214 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     fa2_problem_free(&pr);
 }
 
+/* ---- the backward ------------------------------------------------------------------------ */
+
+/* A tensor written by a step, in a device allocation of NaN guards: GUARD elements (or
+ * one more, OFFSET_BASES) before it, GUARD after, and its padding; a host copy of the
+ * whole allocation for the checks. */
+typedef struct {
+    uint16_t *dev, *host;
+    size_t elems, start;
+    tensor_layout l;
+} guarded_output;
+
+static guarded_output guarded_alloc(const tensor_layout *l, size_t start)
+{
+    guarded_output g = {NULL, NULL, start + (size_t)span_of(l) + GUARD, start, *l};
+    g.dev = fa2_device_alloc(g.elems * 2);
+    g.host = fa2_xmalloc(g.elems * 2, "the host copy of an output");
+    return g;
+}
+
+static void guarded_free(guarded_output *g)
+{
+    fa2_device_free(g->dev);
+    free(g->host);
+}
+
+/* The tensor's elements from the host copy, dense [batch, seqlen, heads, d]. */
+static uint16_t *dense_copy(const guarded_output *g)
+{
+    const tensor_layout *l = &g->l;
+    uint16_t *x = fa2_xmalloc((size_t)l->batch * l->seqlen * l->heads * l->d * 2, "a dense copy of an output");
+    for (int b = 0; b < l->batch; b++)
+        for (int i = 0; i < l->seqlen; i++)
+            for (int h = 0; h < l->heads; h++)
+                memcpy(x + (((size_t)b * l->seqlen + i) * l->heads + h) * l->d, g->host + g->start + b * l->bs + (int64_t)i * l->rs + h * l->hs,
+                       (size_t)l->d * 2);
+    return x;
+}
+
+/* The bound on the relative L2 error of each of dQ, dK and dV in one case.
+ *  - FA2_BWD_TOL_U u (u = 2^-11 fp16, 2^-8 bf16): what the harness holds every backward
+ *    to against the fp64 backward given the step's own O (check.c says why: P and dS
+ *    rounded to the dtype before their products, dQ, dK, dV on output).
+ *  - 2 e + 1e-3, what the forward's own errors add: the backward recomputes P = exp(S -
+ *    LSE) from the LSE the step's forward wrote, which the forward's check allows off by
+ *    1e-3 + e, and from scores that are themselves off by up to e (e = 2^-15 score_mag,
+ *    check.c: fp32 sums of head_dim products on the tensor cores). Each P_ij is then off
+ *    by a factor within exp(+-(2 e + 1e-3)), a relative error that P^T dO, dS = P (dP - D)
+ *    and their products carry whole into dV, dK and dQ.
+ * score_mag, the sum of |scale q_c k_c| of a row, is taken as scale x (the RMS norm of Q's
+ * rows) x (that of K's rows): about 11 at d128 with N(0,1) inputs (e = 3.5e-4, under one u
+ * of fp16), 16 times that with Q and K scaled by 4 (e = 5.5e-3), 900 times at 30 (e ~ 0.3:
+ * there the bound is as loose as the forward's LSE bound it follows; that case checks
+ * that nothing overflows, not the last bits). A wrong D, a missed key block of dQ or a
+ * causal limit off by one moves a tensor by 10% to 100%. */
+static double bwd_tolerance(const fa2_problem *pr)
+{
+    const fa2_params *p = &pr->p;
+    double q2 = 0, k2 = 0;
+    const size_t nq = fa2_numel_q(p), nkv = fa2_numel_kv(p);
+    for (size_t i = 0; i < nq; i++) {
+        const double x = fa2_to_float(pr->q[i], p->dtype);
+        q2 += isfinite(x) ? x * x : 0;
+    }
+    for (size_t i = 0; i < nkv; i++) {
+        const double x = fa2_to_float(pr->k[i], p->dtype);
+        k2 += isfinite(x) ? x * x : 0;
+    }
+    const double q_row = sqrt(q2 / (nq / p->head_dim)), k_row = sqrt(k2 / (nkv / p->head_dim));
+    const double e = fa2_tolerance_for(p->dtype).score_rel * p->softmax_scale * q_row * k_row;
+    return FA2_BWD_TOL_U * fa2_unit_roundoff(p->dtype) + 2 * e + 1e-3;
+}
+
+/* One backward case on every step that has a backward: the step's own forward (O and LSE),
+ * then its backward, checked against the fp64 backward given that O. */
+static void run_bwd_case(step_lib *steps, int nsteps, const test_case *c)
+{
+    fa2_params p = {0};
+    p.batch = c->batch, p.heads_q = c->hq, p.heads_kv = c->hkv, p.seqlen_q = c->nq, p.seqlen_k = c->nk;
+    p.head_dim = c->d, p.causal = c->causal, p.dtype = c->t;
+    p.softmax_scale = c->softmax_scale ? c->softmax_scale : 1.0f / sqrtf((float)c->d);
+    char name[256], why[512];
+    case_name(name, sizeof name, c, &p);
+    if (c->preset) setenv("FA2_EMULATE", c->preset, 1);
+    else unsetenv("FA2_EMULATE");
+    /* read by each step at each call, fa2_backward_workspace_size included */
+    if (c->deterministic) setenv("FA2_DETERMINISTIC", "1", 1);
+    else unsetenv("FA2_DETERMINISTIC");
+    fa2_limits limits;
+    if (fa2_limits_get(&limits, why, sizeof why) != FA2_LIMITS_OK) {
+        printf("SKIP backward %s: %s\n", name, why);
+        unsetenv("FA2_DETERMINISTIC");
+        return;
+    }
+
+    fa2_problem pr;
+    fa2_problem_make(&pr, &p, 2000 + (uint64_t)c->nq * 7 + c->nk, c->input_scale);
+    put_nan(&pr, c->nan, c->nan_row, c->nan_col);
+    uint16_t *dout_host = fa2_dout_make(&p, 3000 + (uint64_t)c->nq);
+    const double tol = bwd_tolerance(&pr);
+
+    /* Inputs (Q, K, V and dO) in the case's layout inside NaN guards; O, dQ, dK and dV
+     * in its output layout inside poisoned guards. */
+    const tensor_layout lq = layout_of(c->lay, 0, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const tensor_layout lkv = layout_of(c->lay, 0, p.batch, p.seqlen_k, p.heads_kv, p.head_dim);
+    const tensor_layout lo = layout_of(c->lay, 1, p.batch, p.seqlen_q, p.heads_q, p.head_dim);
+    const tensor_layout lgkv = layout_of(c->lay, 1, p.batch, p.seqlen_k, p.heads_kv, p.head_dim);
+    const size_t base = GUARD;
+    const uint16_t *dense[4] = {pr.q, pr.k, pr.v, dout_host};
+    const tensor_layout in_lays[4] = {lq, lkv, lkv, lq};
+    device_buffer inputs[4];
+    for (int i = 0; i < 4; i++) inputs[i] = upload_tensors(1, &dense[i], &in_lays[i], &base);
+    guarded_output o = guarded_alloc(&lo, base), dq = guarded_alloc(&lo, base), dk = guarded_alloc(&lgkv, base),
+                   dv = guarded_alloc(&lgkv, base);
+    const size_t n_lse = fa2_numel_lse(&p);
+    float *lse_dev = fa2_device_alloc(n_lse * 4);
+
+    fa2_bwd_params bp;
+    memset(&bp, 0, sizeof bp);
+    fa2_params *run = &bp.fwd;
+    *run = p;
+    run->q = inputs[0].dev + base, run->k = inputs[1].dev + base, run->v = inputs[2].dev + base, run->o = o.dev + base;
+    run->lse = lse_dev;
+    set_strides(&lq, &run->q_batch_stride, &run->q_row_stride, &run->q_head_stride);
+    set_strides(&lkv, &run->k_batch_stride, &run->k_row_stride, &run->k_head_stride);
+    set_strides(&lkv, &run->v_batch_stride, &run->v_row_stride, &run->v_head_stride);
+    set_strides(&lo, &run->o_batch_stride, &run->o_row_stride, &run->o_head_stride);
+    bp.dout = inputs[3].dev + base, bp.dq = dq.dev + base, bp.dk = dk.dev + base, bp.dv = dv.dev + base;
+    set_strides(&lq, &bp.dout_batch_stride, &bp.dout_row_stride, &bp.dout_head_stride);
+    set_strides(&lo, &bp.dq_batch_stride, &bp.dq_row_stride, &bp.dq_head_stride);
+    set_strides(&lgkv, &bp.dk_batch_stride, &bp.dk_row_stride, &bp.dk_head_stride);
+    set_strides(&lgkv, &bp.dv_batch_stride, &bp.dv_row_stride, &bp.dv_head_stride);
+    /* One workspace, as large as the neediest step's forward or backward asks, between guards. */
+    size_t ws_max = 0;
+    for (int s = 0; s < nsteps; s++) {
+        const size_t f = steps[s].abi.workspace_size(run), b = steps[s].abi.backward_workspace_size(&bp);
+        ws_max = f > ws_max ? f : ws_max;
+        ws_max = b > ws_max ? b : ws_max;
+    }
+    unsigned char *ws_dev = ws_max ? fa2_device_alloc(ws_max + 2 * WS_GUARD) : NULL;
+
+    for (int s = 0; s < nsteps; s++) {
+        step_lib *st = &steps[s];
+        const size_t fwd_ws = st->abi.workspace_size(run), bwd_ws = st->abi.backward_workspace_size(&bp);
+        run->workspace = bwd_ws ? ws_dev + WS_GUARD : NULL, run->workspace_bytes = bwd_ws;
+        why[0] = 0;
+        if (!st->abi.backward_supports(&bp, why, sizeof why)) {
+            if (strstr(why, "forward alone")) continue; /* a step without a backward: nothing to check */
+            report(c->may_refuse && why[0] && !strchr(why, '\n'), why, "%s backward %s: refused: %s", st->abi.name(), name, why);
+            continue;
+        }
+        /* The step's own forward writes O and LSE, with its own workspace. */
+        run->workspace = fwd_ws ? ws_dev + WS_GUARD : NULL, run->workspace_bytes = fwd_ws;
+        fa2_device_poison(o.dev, o.elems * 2);
+        fa2_device_poison(lse_dev, n_lse * 4);
+        int rc = st->abi.forward(run, NULL);
+        run->workspace = bwd_ws ? ws_dev + WS_GUARD : NULL, run->workspace_bytes = bwd_ws;
+        uint16_t *dq_first = NULL;
+        for (int pass = 0; rc == FA2_OK && pass < (c->deterministic ? 2 : 1); pass++) {
+            fa2_device_poison(dq.dev, dq.elems * 2);
+            fa2_device_poison(dk.dev, dk.elems * 2);
+            fa2_device_poison(dv.dev, dv.elems * 2);
+            if (ws_dev) fa2_device_poison(ws_dev, ws_max + 2 * WS_GUARD);
+            rc = st->abi.backward(&bp, NULL);
+            fa2_device_sync();
+            fa2_device_download(dq.host, dq.dev, dq.elems * 2);
+            if (pass == 0 && c->deterministic) {
+                dq_first = fa2_xmalloc(dq.elems * 2, "the first pass's dQ");
+                memcpy(dq_first, dq.host, dq.elems * 2);
+            }
+        }
+        if (rc != FA2_OK) {
+            snprintf(why, sizeof why, "fa2_forward or fa2_backward returned %d: %s", rc, st->abi.last_error());
+            report(0, why, "%s backward %s", st->abi.name(), name);
+            free(dq_first);
+            continue;
+        }
+        /* Deterministic: the second pass's dQ (in dq.host) has the first one's bits. */
+        const int same_bits = !dq_first || memcmp(dq_first, dq.host, dq.elems * 2) == 0;
+        free(dq_first);
+        fa2_device_download(o.host, o.dev, o.elems * 2);
+        fa2_device_download(dk.host, dk.dev, dk.elems * 2);
+        fa2_device_download(dv.host, dv.dev, dv.elems * 2);
+        uint16_t *o_d = dense_copy(&o), *dq_d = dense_copy(&dq), *dk_d = dense_copy(&dk), *dv_d = dense_copy(&dv);
+        const long outside = tensor_writes_outside(dq.host, dq.elems, &dq.l, dq.start) +
+                             tensor_writes_outside(dk.host, dk.elems, &dk.l, dk.start) +
+                             tensor_writes_outside(dv.host, dv.elems, &dv.l, dv.start) +
+                             (bwd_ws ? workspace_guards_written(ws_dev, bwd_ws) : 0);
+        const fa2_bwd_check_result r = fa2_check_backward(&pr, o_d, dout_host, dq_d, dk_d, dv_d);
+        const int ok = r.rel_l2[0] <= tol && r.rel_l2[1] <= tol && r.rel_l2[2] <= tol && r.nonfinite == 0 &&
+                       r.special_missed == 0 && r.unwritten == 0 && outside == 0 && same_bits;
+        snprintf(why, sizeof why,
+                 "rel_l2 dq %.2e dk %.2e dv %.2e (tol %.2e) nonfinite %ld NaN missed %ld unwritten %ld "
+                 "written outside dQ/dK/dV/workspace %ld%s",
+                 r.rel_l2[0], r.rel_l2[1], r.rel_l2[2], tol, r.nonfinite, r.special_missed, r.unwritten, outside,
+                 same_bits ? "" : "; FA2_DETERMINISTIC=1 gave dQ other bits the second time");
+        report(ok, why, "%s backward %s (rel_l2 dq %.1e dk %.1e dv %.1e, tol %.1e)", st->abi.name(), name, r.rel_l2[0],
+               r.rel_l2[1], r.rel_l2[2], tol);
+        free(o_d), free(dq_d), free(dk_d), free(dv_d);
+    }
+    unsetenv("FA2_DETERMINISTIC");
+    if (ws_dev) fa2_device_free(ws_dev);
+    fa2_device_free(lse_dev);
+    guarded_free(&o), guarded_free(&dq), guarded_free(&dk), guarded_free(&dv);
+    for (int i = 0; i < 4; i++) fa2_device_free(inputs[i].dev);
+    free(dout_host);
+    fa2_problem_free(&pr);
+}
+
 /* ---- the cases --------------------------------------------------------------------------- */
 
 static test_case shape(int batch, int hq, int hkv, int nq, int nk, int d, int causal, fa2_dtype t)
@@ -860,6 +1085,54 @@ int main(int argc, char **argv)
         c = shape(2, 4, 1, 90, 200, 128, t, (fa2_dtype)t);
         c.nan = NAN_V_ELEMENT, c.nan_row = 0, c.nan_col = 5;
         run_case(steps, nsteps, &c);
+    }
+
+    /* The backward, for the steps that have one: tails (seqlen 1, odd lengths), causal with
+     * Nq != Nk both ways (Nq > Nk: rows that see no key, LSE = -inf), GQA 4:1 and MQA,
+     * d64/d128, fp16/bf16, then a padded and a [b,h,s,d] layout, peaky scores (Q and K
+     * scaled by 4 and 30), a NaN in a Q row, FA2_DETERMINISTIC=1, and a 99 KB preset (Q and
+     * dO single-buffered at d128). */
+    {
+        static const int bwd_seqs[][2] = {{1, 1}, {17, 17}, {127, 127}, {1, 300}, {300, 1}, {65, 200}, {200, 65}, {333, 1000}};
+        static const int bwd_heads[3][2] = {{4, 4}, {8, 2}, {8, 1}}; /* heads_q, heads_kv: 1:1, GQA 4:1, MQA */
+        for (size_t i = 0; i < sizeof bwd_seqs / sizeof *bwd_seqs; i++)
+            for (int causal = 0; causal < 2; causal++)
+                for (int d = 64; d <= 128; d += 64)
+                    for (int t = 0; t < 2; t++) {
+                        const int *heads = bwd_heads[i % 3];
+                        test_case c = shape(2, heads[0], heads[1], bwd_seqs[i][0], bwd_seqs[i][1], d, causal, (fa2_dtype)t);
+                        run_bwd_case(steps, nsteps, &c);
+                    }
+        for (int lay = BHSD; lay <= PADDED; lay++)
+            for (int d = 64; d <= 128; d += 64) {
+                test_case c = shape(2, 4, 1, 200, 257, d, d == 128, d == 64 ? FP16 : BF16);
+                c.lay = (layout)lay;
+                run_bwd_case(steps, nsteps, &c);
+            }
+        for (int t = 0; t < 2; t++)
+            for (int big = 0; big < 2; big++)
+                for (int d = 64; d <= 128; d += 64) {
+                    test_case c = shape(1, 4, 1, 300, 300, d, d == 64, (fa2_dtype)t);
+                    c.input_scale = big ? 30.0f : 4.0f;
+                    run_bwd_case(steps, nsteps, &c);
+                }
+        for (int t = 0; t < 2; t++) {
+            test_case c = shape(2, 4, 4, 100, 100, 64 << t, 0, (fa2_dtype)t);
+            c.nan = NAN_Q_ROW, c.nan_row = 50;
+            run_bwd_case(steps, nsteps, &c);
+        }
+        for (int d = 64; d <= 128; d += 64) {
+            test_case c = shape(2, 8, 2, 257, 1000, d, 1, d == 64 ? FP16 : BF16);
+            c.deterministic = 1;
+            run_bwd_case(steps, nsteps, &c);
+            c = shape(1, 4, 1, 1000, 333, d, d == 128, d == 64 ? BF16 : FP16);
+            c.deterministic = 1;
+            run_bwd_case(steps, nsteps, &c);
+            c = shape(2, 8, 2, 500, 500, d, 1, d == 64 ? BF16 : FP16);
+            c.preset = "rtx4090";
+            run_bwd_case(steps, nsteps, &c);
+        }
+        unsetenv("FA2_EMULATE");
     }
 
     /* Decode: one to five query rows and long keys, the split-KV step's shapes (its keys

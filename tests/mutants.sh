@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
-# tuned kernel; 08, its loads on TMA; or 13, the split-KV decode kernel) with one planted
+# tuned kernel; 08, its loads on TMA; 13, the split-KV decode kernel; or 14, the backward:
+# D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's second row
+# dropped, the causal limit of dK, dV and dQ one key short) with one planted
 # bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
 # process of its own (a mutant that writes far out of bounds ends its process with an
 # illegal address: it must not end the others' runs too), three at a time, and each must
@@ -28,6 +30,9 @@ mutants=(
   "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
   "13|page_off_by_one|pages[key >> page_shift]|pages[(key >> page_shift) + 1]"
   "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
+  "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
+  "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
+  "14|bwd_causal_off_by_one|key <= row + shift|key < row + shift"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then
   kept=()

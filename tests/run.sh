@@ -144,7 +144,14 @@ for dir in steps/[0-9][0-9]_*; do
   fi
   # the GPU binary must refuse unsupported params with one line and exit 2, GPU or not
   expect_error 2 "step $id refuses --dim 96" "build/step$id/fa2" --dim 96
-  expect_error 2 "step $id refuses --backward" "build/step$id/fa2" --backward
+  # a step without a backward (it answers with fa2_refuse_backward) refuses --backward; one with
+  # a backward refuses, in the backward's check, what its kernels cannot take
+  if grep -q fa2_refuse_backward "$dir/kernel.cu"; then
+    expect_error 2 "step $id refuses --backward" "build/step$id/fa2" --backward
+  else
+    expect_error 2 "step $id refuses --backward --dim 96" "build/step$id/fa2" --backward --dim 96
+    expect_error 2 "step $id refuses FA2_DETERMINISTIC=yes" env FA2_DETERMINISTIC=yes "build/step$id/fa2" --backward
+  fi
   # a step that does not take a KV cache (its kernel calls fa2_refuse_kv_cache) refuses one; a
   # step that takes one still refuses, in one line, what its kernel cannot take (its harness
   # runs with a cache are in the GPU section)
@@ -215,9 +222,81 @@ out=$(python3 tools/ldsm_distance.py "$LOG/ldsm.sass" the_kernel 2 2>&1)
   result FAIL "ldsm_distance.py on a known listing" "$out"
 expect_error 2 "ldsm_distance.py refuses a function it cannot find" python3 tools/ldsm_distance.py "$LOG/ldsm.sass" no_such_kernel 2
 
-echo "== Python: the torch binding (python/fa2.py) with step 00, and the plots"
-if python3 -c 'import torch' >/dev/null 2>&1; then run_program torch-cpu python3 tests/test_torch.py 00
-else result SKIP "the torch binding on the CPU (step 00)" "torch is not installed (pip install torch)"; fi
+echo "== the comparison tables without a GPU: table.awk and readme_table.sh on the committed CSVs and on a backward CSV written here"
+# Every table on a results page or the README rewrites byte for byte from the CSV it names.
+for page in README.md docs/results-h100.md docs/results-h200.md; do
+  cp "$page" "$LOG/page.md"
+  page_ok=1
+  for csv in $(sed -n 's/^<!-- written by reference\/readme_table.sh from \(.*\): edit that, not this -->$/\1/p' "$page"); do
+    bash reference/readme_table.sh $([ "$page" = README.md ] && echo --summary) "$csv" "$LOG/page.md" >"$LOG/page.log" 2>&1 || page_ok=0
+  done
+  if [ $page_ok = 1 ] && cmp -s "$page" "$LOG/page.md"; then result PASS "readme_table.sh rewrites $page from the CSVs it names, byte for byte"
+  else result FAIL "readme_table.sh rewrites $page from the CSVs it names" "$(diff "$page" "$LOG/page.md" | head -n 5; tail -n 1 "$LOG/page.log")"; fi
+done
+# A backward run's rows, as compare.sh SHAPES=backward writes them: step 14's forward row
+# (named 14_backward) and its backward row (14_backward_backward) in two rounds, the second
+# unchecked and slower, and torch's backward per backend, efficient's refused.
+bwd_dir=$LOG/backward-csv
+mkdir -p "$bwd_dir"
+cat >"$bwd_dir/compare-gpu-x-2026-11-25.csv" <<'CSV'
+step,device,date,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change
+14_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.05000,0.04900,0.05100,171.80,2.000e-04,1.000e-03,1.000e-06,PASS,"the backward: dQ, dK, dV"
+14_backward_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.20000,0.19000,0.21000,107.37,1.000e-03,2.000e-03,nan,PASS,"the backward: dQ, dK, dV"
+torch_sdpa_flash_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.25000,0.24000,0.26000,85.90,1.000e-03,2.000e-03,nan,PASS,"PyTorch SDPA, FLASH_ATTENTION backend (FlashAttention-2), backward"
+torch_sdpa_cudnn_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.10000,0.09000,0.11000,214.75,1.000e-03,2.000e-03,nan,PASS,"PyTorch SDPA, CUDNN_ATTENTION backend (cuDNN fused attention), backward"
+torch_sdpa_efficient_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,nan,nan,nan,nan,nan,nan,nan,UNSUPPORTED,"PyTorch SDPA, EFFICIENT_ATTENTION backend (memory-efficient attention), backward"
+torch_sdpa_default_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.10000,0.09000,0.11000,214.75,1.000e-03,2.000e-03,nan,PASS,"PyTorch SDPA, no backend restriction (what a user gets), backward"
+14_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.06000,0.05900,0.06100,143.17,nan,nan,nan,UNCHECKED,"the backward: dQ, dK, dV"
+14_backward_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.30000,0.29000,0.31000,71.58,nan,nan,nan,UNCHECKED,"the backward: dQ, dK, dV"
+CSV
+printf 'probe,device,date,dtype,tflops\nmma_sync_m16n8k16,GPU X,2026-11-25,fp16,600.0\nwgmma_m64n256k16,GPU X,2026-11-25,fp16,900.0\n' \
+  >"$bwd_dir/ceiling-gpu-x-2026-11-25.csv"
+n_bwd=$(awk -v mode=count_backward -f reference/table.awk "$bwd_dir/compare-gpu-x-2026-11-25.csv")
+n_fwd=$(awk -v mode=count_backward -f reference/table.awk results/2026-11-24-h100-r18/compare-nvidia-h100-80gb-hbm3-2026-11-24.csv)
+[ "$n_bwd" = 6 ] && [ "$n_fwd" = 0 ] && result PASS "table.awk counts 6 backward rows in the backward CSV and 0 in a bench CSV" ||
+  result FAIL "table.awk's backward rows" "counted $n_bwd (want 6) and $n_fwd in a bench CSV (want 0)"
+# the backward's table: step 14 under its name, the median of its two rounds (0.25 ms),
+# TFLOP/s = 2.5 x 4 x 2 x 8 x 1024^2 x 128 / 0.25 ms = 85.9, 0.40x cuDNN, 14.3% of 600
+out=$(awk -v mode=markdown -v backward=1 -v ceiling_csv="$bwd_dir/ceiling-gpu-x-2026-11-25.csv" -f reference/table.awk \
+      "$bwd_dir/compare-gpu-x-2026-11-25.csv")
+want_rows=("| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | key change |"
+           "| 14_backward | 0.2500 | 85.9 | 1.00x | 0.40x | 0.40x | 14.3% | the backward: dQ, dK, dV |"
+           "| torch_sdpa_cudnn | 0.1000 | 215 | 2.50x | 1.00x | 1.00x | 35.8% | PyTorch SDPA, CUDNN_ATTENTION backend (cuDNN fused attention), backward |"
+           "| torch_sdpa_efficient [UNSUPPORTED] | - | - | - | - | - | - | PyTorch SDPA, EFFICIENT_ATTENTION backend (memory-efficient attention), backward |")
+bwd_ok=1
+for row in "${want_rows[@]}"; do grep -qxF "$row" <<<"$out" || bwd_ok=0; done
+[ "$(grep -c '^| ' <<<"$out")" = 6 ] || bwd_ok=0  # the header, step 14 and four torch backends
+[ $bwd_ok = 1 ] && result PASS "table.awk backward=1: the backward's table (2.5 forwards, vs torch-FA2, cuDNN and default, % of mma.sync)" ||
+  result FAIL "table.awk backward=1" "$out"
+# without backward=1 the backward rows stay out: step 14's forward row alone, median 0.055 ms
+out=$(awk -v mode=markdown -f reference/table.awk "$bwd_dir/compare-gpu-x-2026-11-25.csv")
+[ "$(grep -c '^| ' <<<"$out")" = 2 ] && grep -q '^| 14_backward | 0.0550 | 156 |' <<<"$out" &&
+  result PASS "table.awk without backward=1 leaves the backward rows out" || result FAIL "table.awk leaves the backward rows out" "$out"
+cp docs/results-h100.md "$LOG/page.md"
+if bash reference/readme_table.sh "$bwd_dir/compare-gpu-x-2026-11-25.csv" "$LOG/page.md" >"$LOG/page.log" 2>&1 &&
+   diff docs/results-h100.md "$LOG/page.md" | grep -q '^> Measured on \*\*GPU X\*\*, 2026-11-25, with `make compare SHAPES=backward` in 2 rounds' &&
+   grep -qxF "${want_rows[1]}" "$LOG/page.md" &&
+   [ "$(diff docs/results-h100.md "$LOG/page.md" | grep -c '^[<>]')" = "$(diff docs/results-h100.md "$LOG/page.md" | grep -c '^>')" ] &&
+   awk '/<!-- backward-table:begin -->/ { inside = 1 } /<!-- backward-table:end -->/ { inside = 0 } /^\| 14_backward / && !inside { bad = 1 }
+        END { exit bad }' "$LOG/page.md"; then
+  result PASS "readme_table.sh writes a backward CSV between the backward-table lines of docs/results-h100.md, nothing else"
+else result FAIL "readme_table.sh with a backward CSV" "$(tail -n 2 "$LOG/page.log")"; fi
+expect_error 2 "readme_table.sh --summary refuses a backward CSV" bash reference/readme_table.sh --summary "$bwd_dir/compare-gpu-x-2026-11-25.csv" "$LOG/page.md"
+expect_error 2 "compare.sh refuses an unknown SHAPES" env SHAPES=frobnicate bash reference/compare.sh
+grep -q 'allowed: seed, bench, sweep, decode, backward, all' "$LOG/cli.err" && result PASS "... and names backward among the sets it allows" ||
+  result FAIL "compare.sh's allowed sets" "$(cat "$LOG/cli.err")"
+n=$(bash -c '. reference/shapes.sh; shapes_of backward' | wc -l)
+[ "$n" = 6 ] && result PASS "reference/shapes.txt has the six backward shapes" || result FAIL "the backward set of shapes.txt" "$n shapes, want 6"
+
+echo "== Python: the torch binding (python/fa2.py) with step 00, sdpa.py's fp64 backward, and the plots"
+if python3 -c 'import torch' >/dev/null 2>&1; then
+  run_program torch-cpu python3 tests/test_torch.py 00
+  run_program kvcache-cpu python3 tests/test_kvcache.py 00  # attention_with_kvcache: pages, lengths, bad input
+  run_program sdpa-backward python3 tests/test_sdpa_backward.py
+  # a small transformer trained through the binding with step 00's forward and backward,
+  # against the same model on torch SDPA (python/train.py: 300 steps, two seeds, about a minute)
+  run_program train-cpu python3 python/train.py --step 00 --device cpu
+else result SKIP "the torch binding on the CPU (step 00, a KV cache), sdpa.py's fp64 backward, the training run" "torch is not installed (pip install torch)"; fi
 if python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
   for plot in progression scaling; do  # on the newest committed compare CSV, as make plots with no CSV
     if python3 "plots/$plot.py" --out "$LOG/$plot.png" >"$LOG/plot-$plot.log" 2>&1 && [ -s "$LOG/$plot.png" ]; then
@@ -290,19 +369,41 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
     # a step that takes a KV cache (its kernel does not call fa2_refuse_kv_cache): decode
     # against lengths per sequence (0, 1, page and tile boundaries, the longest) in shuffled
     # pages of 16, 64 and 256 keys, and on dense K and V; GQA, MQA, causal Nq 2 to 4
-    grep -q fa2_refuse_kv_cache "$(ls steps/"$id"_*/kernel.cu)" && continue
-    for args in "--batch 4 --seqlen-q 1 --seqlen-k 4096 --seqlens-k 0,1,64,4096 --page-size 64 --heads 32 --kv-heads 8" \
-                "--batch 3 --seqlen-q 4 --seqlen-k 3001 --seqlens-k 3001,17,2048 --page-size 16 --causal --heads 16 --kv-heads 2 --dim 64 --dtype bf16" \
-                "--batch 2 --seqlen-q 2 --seqlen-k 5000 --seqlens-k 257,5000 --page-size 256 --causal --heads 8 --kv-heads 1" \
-                "--batch 3 --seqlen-q 3 --seqlen-k 2500 --seqlens-k 2500,0,129 --causal --heads 16 --kv-heads 4 --dtype bf16"; do
-      # shellcheck disable=SC2086
-      expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
+    if ! grep -q fa2_refuse_kv_cache "$(ls steps/"$id"_*/kernel.cu)"; then
+      for args in "--batch 4 --seqlen-q 1 --seqlen-k 4096 --seqlens-k 0,1,64,4096 --page-size 64 --heads 32 --kv-heads 8" \
+                  "--batch 3 --seqlen-q 4 --seqlen-k 3001 --seqlens-k 3001,17,2048 --page-size 16 --causal --heads 16 --kv-heads 2 --dim 64 --dtype bf16" \
+                  "--batch 2 --seqlen-q 2 --seqlen-k 5000 --seqlens-k 257,5000 --page-size 256 --causal --heads 8 --kv-heads 1" \
+                  "--batch 3 --seqlen-q 3 --seqlen-k 2500 --seqlens-k 2500,0,129 --causal --heads 16 --kv-heads 4 --dtype bf16"; do
+        # shellcheck disable=SC2086
+        expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
+      done
+    fi
+    # a step with a backward: dQ, dK and dV checked too, on a second PASS line; with the
+    # dQ atomics and with FA2_DETERMINISTIC=1's per-key-block partials
+    grep -q fa2_refuse_backward steps/"$id"_*/kernel.cu && continue
+    for det in 0 1; do
+      # (at most 2^30 multiply-adds in the fp64 backward, so that the harness checks the
+      # gradients at its default --check: the default B2 H8 N1024 d128 would be UNCHECKED)
+      for args in "--seqlen 512 --backward" "--seqlen-q 33 --seqlen-k 150 --causal --dtype bf16 --dim 64 --heads 4 --kv-heads 1 --backward" \
+                  "--seqlen-q 1000 --seqlen-k 77 --causal --heads 8 --kv-heads 2 --backward" "--seqlen 512 --scale 30 --backward"; do
+        # shellcheck disable=SC2086
+        if out=$(FA2_DETERMINISTIC=$det "build/step$id/fa2" $args --iters 3 --warmup 1 2>&1) &&
+           [ "$(echo "$out" | grep -c '| PASS')" -eq 2 ]; then result PASS "step $id harness run $args FA2_DETERMINISTIC=$det"
+        else result FAIL "step $id harness run $args FA2_DETERMINISTIC=$det" "$out"; fi
+      done
     done
   done
   if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then
     ids=()
     for lib in "${matrix_libs[@]}"; do [[ $lib == build/step* ]] && ids+=("$(basename "$(dirname "$lib")" | cut -c5-6)"); done
     run_program torch-gpu python3 tests/test_torch.py "${ids[@]}"
+    # attention_with_kvcache: checked where a step takes a KV cache, else refused with the step's reason
+    run_program kvcache-gpu python3 tests/test_kvcache.py "${ids[@]}"
+    # the training run with the backward step's forward and backward, on the GPU
+    for id in "${ids[@]}"; do
+      grep -q fa2_refuse_backward steps/"$id"_*/kernel.cu && continue
+      run_program "train-step$id" python3 python/train.py --step "$id" --device cuda --csv "$LOG/train-step$id.csv"
+    done
   else
     result SKIP "the torch binding on the GPU steps" "torch with CUDA is not installed"
   fi

@@ -3,8 +3,8 @@
 layouts, GQA, bottom-right causal with seqlen_q != seqlen_k, LSE, a non-default stream, and
 a ValueError carrying the step's own reason for what it refuses. One PASS/FAIL line each.
 Step 00 runs on CPU tensors, the others on the GPU. The backward through torch.autograd:
-dQ, dK, dV of a random loss against SDPA's math backend in fp64 where the step has one (00),
-and where it has none (every GPU step so far), a ValueError from .backward() with its reason.
+dQ, dK, dV of a random loss against SDPA's math backend in fp64 where the step has one (00, 14),
+and where it has none (every GPU step but 14), a ValueError from .backward() with its reason.
 usage: python3 tests/test_torch.py STEP_ID...   (after make all; needs torch)"""
 import contextlib
 import os

@@ -12,13 +12,17 @@ src=$(ls "$step_dir"/kernel.cu 2>/dev/null || true)
 if [ -z "$src" ]; then echo "$(basename "$step_dir") runs on the CPU: no kernel to inspect"; exit 0; fi
 NVCC=${NVCC:-nvcc}
 # fa2_mma_kernel<__half, 128, TileConfig<4, 2, 64>> (mangled) -> "fp16 d128 4x2x64";
-# step 10's Config<64, 3> (head dim, consumer warpgroups) -> "fp16 d64 64x3"
-name_fn='function kernel_name(f,   t, d, c) {
+# steps 10-12's TileConfig<12, 1, 128> (consumer warps, m-tiles, keys) -> "fp16 d64 12x1x128"
+# A kernel other than the steps' main fa2_mma_kernel is named first (step 13's combine_kernel,
+# step 14's fa2_bwd_kernel<__half, 128, 2> -> "fa2_bwd_kernel fp16 d128 2").
+name_fn='function kernel_name(f,   t, d, c, n, id) {
+  if (match(f, /^_Z[0-9]+/)) { n = substr(f, 3, RLENGTH - 2) + 0; id = substr(f, RLENGTH + 1, n) }
   t = (f ~ /bfloat16/) ? "bf16" : "fp16"
   if (match(f, /(half|bfloat16)Li[0-9]+E/)) { d = substr(f, RSTART, RLENGTH); gsub(/[^0-9]/, "", d); sub(/^16/, "", d) }
   if (match(f, /ConfigI(Li[0-9]+E)+/)) {
     c = substr(f, RSTART + 7, RLENGTH - 7); gsub(/Li/, "", c); gsub(/E/, "x", c); sub(/x$/, "", c) }
-  return t " d" d (c == "" ? "" : " " c) }'
+  if (c == "" && match(f, /Li[0-9]+ELi[0-9]+EE/)) { c = substr(f, RSTART, RLENGTH); sub(/^Li[0-9]+ELi/, "", c); sub(/EE$/, "", c) }
+  return (id == "" || id == "fa2_mma_kernel" ? "" : id " ") t " d" d (c == "" ? "" : " " c) }'
 echo "== $(basename "$step_dir"): ptxas resources (one line per architecture and instantiation: dtype, head dim, tiles)"
 # shellcheck disable=SC2086
 $NVCC $nvcc_flags -Xptxas -v -c "$src" -o /dev/null 2>&1 |

@@ -46,14 +46,24 @@ if [ -n "$src" ] && ! grep -q fa2_refuse_kv_cache "$src"; then
   shapes+=("--batch 3 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --seqlens-k 3000,0,17 --page-size 16 --dim 128 --causal --dtype bf16"
            "--batch 3 --heads 8 --kv-heads 8 --seqlen-q 1 --seqlen-k 2000 --seqlens-k 1,2000,257 --page-size 256 --dim 64")
 fi
+# A step with a backward (its kernel does not answer with fa2_refuse_backward): the backward
+# too, its D, main and dQ-convert kernels, on tails with causal, GQA and Nq != Nk at d128 and
+# d64, and with FA2_DETERMINISTIC=1 (the per-key-block dQ partials and their reduction)
+if [ -n "$src" ] && ! grep -q fa2_refuse_backward "$src"; then
+  shapes+=("--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16 --backward"
+           "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal --backward"
+           "FA2_DETERMINISTIC=1 --batch 1 --heads 4 --kv-heads 1 --seqlen 200 --dim 128 --backward")
+fi
 failed=0
 for tool in memcheck racecheck synccheck initcheck; do
   for shape in "${shapes[@]}"; do
+    env_set=(); [[ $shape == FA2_DETERMINISTIC=1* ]] && { env_set=(FA2_DETERMINISTIC=1); shape=${shape#FA2_DETERMINISTIC=1 }; }
     # shellcheck disable=SC2086
-    out=$("$CS" --tool "$tool" --error-exitcode 9 "$bin" $shape --warmup 0 --iters 1 --check full 2>&1)
+    out=$(env "${env_set[@]}" "$CS" --tool "$tool" --error-exitcode 9 "$bin" $shape --warmup 0 --iters 1 --check full 2>&1)
     rc=$?
     summary=$(echo "$out" | grep -E "ERROR SUMMARY|RACECHECK SUMMARY" | tail -n 1)
     config=$(echo "$out" | grep -o '\[[^]]*\]' | head -n 1)
+    shape="${env_set[*]}${env_set:+ }$shape"
     if [ $rc -eq 0 ]; then echo "PASS $tool $(basename "$(dirname "$bin")")${FA2_EMULATE:+ as $FA2_EMULATE} $shape $config: ${summary:-no errors}"
     else failed=$((failed + 1)); echo "FAIL $tool $(basename "$(dirname "$bin")")${FA2_EMULATE:+ as $FA2_EMULATE} $shape $config (exit $rc): ${summary}"; echo "$out" | grep -m 5 -E "=========|error" ; fi
   done

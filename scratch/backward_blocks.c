@@ -1,0 +1,416 @@
+/* backward_blocks - which (key block, query block) tile pairs each block of step 14's main
+ * backward kernel visits, in which order, and where each row of dQ gets its contributions
+ * from, with the tiles and formulas of steps/14_backward/kernel.cu:
+ *  - fa2_bwd_kernel: one block per (key block of BWD_BLOCK_N = 64 keys, kv head, batch), grid
+ *    (ceil(Nk / 64), heads_kv, batch); warp w of its BWD_WARPS = 4 owns keys 16 w .. 16 w + 15;
+ *  - its walk: query blocks of BWD_BLOCK_M = 64 rows from first_query_block(n0) = (causal ?
+ *    max(0, n0 - shift) / 64 : 0), shift = Nk - Nq (bottom-right causal: row i sees keys
+ *    j <= i + shift), to the last, per_head of them, for each query head of the kv head's GQA
+ *    group in turn: step s is query block first_qb + s % per_head of query head
+ *    h_kv group + s / per_head;
+ *  - a step runs the masked body when m0 + 64 > Nq, n0 + 64 > Nk or (causal) n0 + 63 > m0 + shift;
+ *  - dQ: each step adds dS K_j into the rows of its query block (red.global.add.f32, or with
+ *    FA2_DETERMINISTIC=1 plain stores into the block's own partial), and bwd_convert_kernel sums,
+ *    for a row of query block i, the key blocks nb = 0, 1, ... while first_query_block(64 nb) <= i.
+ * Then what a step costs at --dim, counted from the kernel's loops (mma.sync m16n8k16, ldmatrix.x4,
+ * the dS^T stores and the dQ atomics per warp; a model: 4 wavefronts per conflict-free ldmatrix.x4,
+ * 1 per conflict-free 4-byte store), the bytes it reads and adds, and the shape's totals: steps,
+ * FLOPs against the 2.5 forwards the harness counts, dQ's traffic, the workspace in both modes.
+ * --format csv writes the walk and dQ's sources for the figure (figures/backward_blocks.py). */
+#include "tool.h"
+#include "layouts.h"
+
+static const char usage[] =
+    "usage: backward_blocks [--batch B] [--heads H] [--kv-heads K] [--seqlen-q N] [--seqlen-k N] [--dim 64|128]\n"
+    "                       [--causal 0|1] [--format text|csv] [--check]\n"
+    "Step 14's backward: the blocks of its main kernel (one per key block of 64 keys and kv head), the\n"
+    "query blocks of 64 rows each one walks, for every query head of its GQA group, which steps run the\n"
+    "masked body, which key blocks add into each query block of dQ (and in which order bwd_convert_kernel\n"
+    "sums their partials under FA2_DETERMINISTIC=1), and what a step and the whole shape cost.\n"
+    "  --batch, --heads, --kv-heads, --seqlen-q, --seqlen-k, --dim   the shape (default B1 Hq2 Hkv1 Nq400\n"
+    "                Nk300 d128: a GQA group of two, rows that see no key, tails on both sides)\n"
+    "  --causal   1 (default): bottom-right causal mask, as the kernel; 0: none\n"
+    "  --format csv: one line per step of a block of batch 0 (kind = step) and per (query head, query block,\n"
+    "             key block that adds into it) (kind = dq; key_block -1 where none does), for the figures\n"
+    "  --check    assert every tile pair with a visible (row, key) pair is visited exactly once and no other,\n"
+    "             the masked body runs exactly where a pair is hidden, the convert kernel's sum takes exactly\n"
+    "             the key blocks that visited a query block, and the cost model's FLOPs\n";
+
+/* The kernel's tiles (steps/14_backward/kernel.cu, mirrored here: keep them in step). */
+enum { BWD_WARPS = 4, BWD_BLOCK_N = BWD_WARPS * MMA_M, BWD_BLOCK_M = 64, MAX_STEPS = 1 << 20 };
+
+typedef struct {
+    int batch, heads, kv_heads, seqlen_q, seqlen_k, dim, causal;
+} shape;
+
+typedef struct {
+    int kv_head, key_block, step, head, query_block, masked;
+    long visible; /* visible (row, key) pairs of the 64 x 64 tile */
+} step_t;
+
+typedef struct {
+    int group, shift, q_blocks, k_blocks, n_steps;
+    step_t steps[MAX_STEPS];
+} walk;
+
+static int min_int(int a, int b) { return a < b ? a : b; }
+static int max_int(int a, int b) { return a > b ? a : b; }
+
+/* first_query_block of the kernel: the first query block whose rows see key n0. */
+static int first_query_block(int n0, int shift, int causal) { return causal ? max_int(0, n0 - shift) / BWD_BLOCK_M : 0; }
+
+static int is_visible(const shape *s, int shift, int row, int key)
+{
+    return row < s->seqlen_q && key < s->seqlen_k && (!s->causal || key <= row + shift);
+}
+
+/* Visible pairs of the tile (query block qb, key block nb), counted row by row. */
+static long visible_pairs(const shape *s, int shift, int qb, int nb)
+{
+    long n = 0;
+    int n0 = nb * BWD_BLOCK_N;
+    for (int row = qb * BWD_BLOCK_M; row < min_int((qb + 1) * BWD_BLOCK_M, s->seqlen_q); row++) {
+        int last = min_int(n0 + BWD_BLOCK_N, s->seqlen_k) - 1; /* the tile's last key in seqlen_k */
+        if (s->causal) last = min_int(last, row + shift);
+        n += last >= n0 ? last - n0 + 1 : 0;
+    }
+    return n;
+}
+
+/* fa2_bwd_kernel's walk, block by block, for the kv heads of batch 0 (every batch walks alike). */
+static void build(walk *w, const shape *s)
+{
+    w->group = s->heads / s->kv_heads, w->shift = s->seqlen_k - s->seqlen_q;
+    w->q_blocks = (s->seqlen_q + BWD_BLOCK_M - 1) / BWD_BLOCK_M;
+    w->k_blocks = (s->seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N;
+    w->n_steps = 0;
+    for (int h_kv = 0; h_kv < s->kv_heads; h_kv++)
+        for (int nb = 0; nb < w->k_blocks; nb++) {
+            const int n0 = nb * BWD_BLOCK_N, first_qb = first_query_block(n0, w->shift, s->causal);
+            const int per_head = max_int(0, w->q_blocks - first_qb), steps = w->group * per_head;
+            for (int st = 0; st < steps; st++) {
+                if (w->n_steps >= MAX_STEPS) cli_error("more than %d steps: a smaller shape", MAX_STEPS);
+                step_t *x = &w->steps[w->n_steps++];
+                const int m0 = (first_qb + st % per_head) * BWD_BLOCK_M;
+                x->kv_head = h_kv, x->key_block = nb, x->step = st, x->head = h_kv * w->group + st / per_head;
+                x->query_block = first_qb + st % per_head;
+                x->masked = m0 + BWD_BLOCK_M > s->seqlen_q || n0 + BWD_BLOCK_N > s->seqlen_k ||
+                            (s->causal && n0 + BWD_BLOCK_N - 1 > m0 + w->shift);
+                x->visible = visible_pairs(s, w->shift, x->query_block, nb);
+            }
+        }
+}
+
+/* The step of kv head h's block nb that visits (query head, query block), or NULL. */
+static const step_t *visit(const walk *w, int head, int qb, int nb)
+{
+    for (int i = 0; i < w->n_steps; i++) {
+        const step_t *x = &w->steps[i];
+        if (x->key_block == nb && x->head == head && x->query_block == qb) return x;
+    }
+    return NULL;
+}
+
+/* bwd_convert_kernel's sum for a row of query block qb: key blocks 0, 1, ... while their walk
+ * started at or before qb (first_query_block grows with the key block). How many. */
+static int convert_sources(const walk *w, const shape *s, int qb)
+{
+    int nb = 0;
+    while (nb < w->k_blocks && first_query_block(nb * BWD_BLOCK_N, w->shift, s->causal) <= qb) nb++;
+    return nb;
+}
+
+/* ---- what a step costs: the kernel's loops, per warp, at head dim d ---- */
+
+typedef struct {
+    int mma, ldsm, sts, red, ex2;
+} warp_cost;
+
+static warp_cost cost_of(int d)
+{
+    warp_cost c;
+    const int ksteps_d = d / MMA_K, qtiles = BWD_BLOCK_M / MMA_N, dtiles = d / MMA_N;
+    const int qsteps = BWD_BLOCK_M / MMA_K, ksteps_n = BWD_BLOCK_N / MMA_K;
+    c.mma = ksteps_d * qtiles        /* S^T = K Q^T: 16 keys x 64 queries, k = d */
+            + qsteps * dtiles        /* dV += P^T dO: 16 keys x d, k = 64 queries */
+            + ksteps_d * qtiles      /* dP^T = V dO^T */
+            + qsteps * dtiles        /* dK += dS^T Q */
+            + ksteps_n * dtiles;     /* dQ += dS K: 16 queries x d, k = 64 keys */
+    c.ldsm = ksteps_d * (1 + qtiles / 2) /* S^T: K's A fragment, then Q for two n-tiles per x4 */
+             + qsteps * dtiles / 2       /* dV: dO.trans, two d-tiles per x4 */
+             + ksteps_d * (1 + qtiles / 2) /* dP^T: V, then dO */
+             + qsteps * dtiles / 2       /* dK: Q.trans */
+             + ksteps_n                  /* dQ: dS from the dS^T tile (.trans) */
+             + dtiles / 2 * ksteps_n;    /* dQ: K.trans */
+    c.sts = qsteps * 4;                   /* dS^T into shared memory: 4 x 4 bytes per k-step */
+    c.red = dtiles * 2 * 2;               /* dQ: 2 columns x 2 rows per d-tile, per lane */
+    c.ex2 = MMA_M * BWD_BLOCK_M / WARP_SIZE; /* P^T = exp2(...): 16 x 64 per warp, per lane */
+    return c;
+}
+
+/* bwd_smem_bytes<D, STAGES>: K, V [64][D], STAGES buffers of Q and dO [64][D], dS^T [64][64]. */
+static long smem_bytes(int d, int stages)
+{
+    return (2L * BWD_BLOCK_N + 2L * stages * BWD_BLOCK_M) * d * ELEM_BYTES + (long)BWD_BLOCK_N * BWD_BLOCK_M * ELEM_BYTES;
+}
+
+/* fa2_backward_workspace_size: (partials x D + 1) floats per query row. */
+static double workspace_bytes(const shape *s, const walk *w, int deterministic)
+{
+    const double rows = (double)s->batch * s->heads * s->seqlen_q;
+    return ((deterministic ? w->k_blocks : 1) * (double)s->dim + 1) * rows * 4;
+}
+
+/* ---- output ---- */
+
+/* Bytes in MB below 1e9, else GB, 4 significant digits, into a static buffer of one of two slots. */
+static const char *size_of(double bytes)
+{
+    static char buf[2][32];
+    static int slot;
+    slot ^= 1;
+    if (bytes < 1e9) snprintf(buf[slot], sizeof buf[slot], "%.4g MB", bytes / 1e6);
+    else snprintf(buf[slot], sizeof buf[slot], "%.4g GB", bytes / 1e9);
+    return buf[slot];
+}
+
+typedef struct {
+    const walk *w;
+    int head;
+} grid_ctx;
+
+static void grid_cell_of(int qb, int nb, const void *ctx, grid_cell *cell)
+{
+    const grid_ctx *g = ctx;
+    const step_t *x = visit(g->w, g->head, qb, nb);
+    if (!x) {
+        snprintf(cell->text, sizeof cell->text, ".");
+        return;
+    }
+    snprintf(cell->text, sizeof cell->text, "%d%s", x->step, x->masked ? "*" : "");
+    cell->colour = nb;
+}
+
+static void print_text(const shape *s, const walk *w)
+{
+    const warp_cost c = cost_of(s->dim);
+    printf("step 14's backward at B%d Hq%d Hkv%d Nq%d Nk%d d%d%s", s->batch, s->heads, s->kv_heads, s->seqlen_q,
+           s->seqlen_k, s->dim, s->causal ? " causal" : "");
+    if (s->causal) printf(" (shift = Nk - Nq = %d: row i sees keys j <= i %c %d)", w->shift, w->shift < 0 ? '-' : '+',
+                          w->shift < 0 ? -w->shift : w->shift);
+    printf("\nfa2_bwd_kernel: one block per (key block of %d keys, kv head, batch): grid %d x %d x %d = %ld blocks of %d "
+           "warps,\n  warp w owning keys 16 w .. 16 w + 15; each walks query blocks of %d rows for the %d query head(s) "
+           "of its kv head\n", BWD_BLOCK_N, w->k_blocks, s->kv_heads, s->batch,
+           (long)w->k_blocks * s->kv_heads * s->batch, BWD_WARPS, BWD_BLOCK_M, w->group);
+    printf("  shared memory: K and V [64][%d], Q and dO [64][%d] in 2 stages, dS^T [64][64]: %ld KB (1 stage: %ld KB)\n\n",
+           s->dim, s->dim, smem_bytes(s->dim, 2) / 1024, smem_bytes(s->dim, 1) / 1024);
+
+    printf("the walks of kv head 0 (* = the masked body; step s = query block first_qb + s %% per_head of query head "
+           "s / per_head):\n");
+    printf("block | keys        | first_qb | steps (query head, query block)\n");
+    for (int nb = 0; nb < w->k_blocks; nb++) {
+        if (nb >= 5 && nb < w->k_blocks - 3) {
+            if (nb == 5) printf("  ...\n");
+            continue;
+        }
+        const int n0 = nb * BWD_BLOCK_N;
+        printf("%5d | %5d-%-5d | %8d |", nb, n0, min_int(n0 + BWD_BLOCK_N, s->seqlen_k) - 1,
+               first_query_block(n0, w->shift, s->causal));
+        int shown = 0, count = 0;
+        for (int i = 0; i < w->n_steps; i++) {
+            const step_t *x = &w->steps[i];
+            if (x->kv_head != 0 || x->key_block != nb) continue;
+            count++;
+            if (shown < 10) printf(" (%d,%d)%s", x->head, x->query_block, x->masked ? "*" : ""), shown++;
+        }
+        printf("%s%s\n", count > shown ? " ..." : "", count ? "" : " none: no query row sees these keys");
+    }
+    for (int h = 0; h < w->group && h < 4; h++) {
+        printf("\nquery head %d: the step of block nb (column) that visits query block qb (row), * masked, . none\n", h);
+        if (w->q_blocks > 40 || w->k_blocks > 24) {
+            printf("  (omitted: more than 40 query blocks or 24 key blocks)\n");
+            continue;
+        }
+        const grid_ctx ctx = {w, h};
+        const grid_shape g = {"qb\\nb", w->q_blocks, w->k_blocks, 4, 0, 0};
+        print_grid(&g, grid_cell_of, &ctx);
+    }
+
+    printf("\ndQ of query head 0: the key blocks that add into each query block (atomics), = the partials\n"
+           "bwd_convert_kernel sums in this order under FA2_DETERMINISTIC=1\n");
+    for (int qb = 0; qb < w->q_blocks; qb++) {
+        if (qb >= 6 && qb < w->q_blocks - 4) {
+            if (qb == 6) printf("  ...\n");
+            continue;
+        }
+        const int sources = convert_sources(w, s, qb);
+        printf("  query block %3d (rows %5d-%-5d): ", qb, qb * BWD_BLOCK_M, min_int((qb + 1) * BWD_BLOCK_M, s->seqlen_q) - 1);
+        if (sources == 0) printf("none: its rows see no key, dQ = 0\n");
+        else if (sources == 1) printf("key block 0, one add to every element\n");
+        else printf("key blocks 0-%d, %d adds to every element\n", sources - 1, sources);
+    }
+
+    long steps_all = 0, visible = 0, masked = 0;
+    double dq_bytes = 0;
+    for (int i = 0; i < w->n_steps; i++) {
+        const step_t *x = &w->steps[i];
+        steps_all++, visible += x->visible, masked += x->masked;
+        dq_bytes += (double)min_int(BWD_BLOCK_M, s->seqlen_q - x->query_block * BWD_BLOCK_M) * s->dim * 4;
+    }
+    steps_all *= s->batch, visible *= s->batch, masked *= s->batch, dq_bytes *= s->batch;
+    const double tile_flops = (double)steps_all * BWD_WARPS * c.mma * 2 * MMA_M * MMA_N * MMA_K;
+    const double harness_flops = 2.5 * 4 * (double)visible * s->dim;
+    printf("\none step, per warp (16 keys x 64 queries, d%d): %d mma.sync (five products of %d), %d ldmatrix.x4, %d "
+           "4-byte dS^T stores:\n  %.2f shared-memory wavefronts per mma; %d red.global.add.f32 per lane (one per %d "
+           "mma), %d ex2\n", s->dim, c.mma, c.mma / 5, c.ldsm, c.sts, (4.0 * c.ldsm + c.sts) / c.mma, c.red,
+           c.mma / c.red, c.ex2);
+    printf("one step, per block: reads Q_i and dO_i, %d KB, and LSE_i and D_i, 512 bytes; adds %d KB of fp32 into dQ; "
+           "%.2f MFLOP\n", 2 * BWD_BLOCK_M * s->dim * ELEM_BYTES / 1024, BWD_BLOCK_M * s->dim * 4 / 1024,
+           BWD_WARPS * c.mma * 2.0 * MMA_M * MMA_N * MMA_K / 1e6);
+    printf("once per block: K_j and V_j in, dK_j and dV_j out, %d KB each way\n",
+           2 * BWD_BLOCK_N * s->dim * ELEM_BYTES / 1024);
+    printf("\nthe shape: %ld steps (%ld with the masked body); they compute %.4g pairs, %.4g visible (%.1f%%)\n",
+           steps_all, masked, (double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N, (double)visible,
+           100.0 * visible / ((double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N + (steps_all == 0)));
+    printf("  FLOPs: %.4g on the tensor cores; the harness counts 2.5 forwards = %.4g\n", tile_flops, harness_flops);
+    printf("  dQ: %s of fp32 added by atomics (or stored as partials), for a dQ of %s in the dtype\n",
+           size_of(dq_bytes), size_of((double)s->batch * s->heads * s->seqlen_q * s->dim * ELEM_BYTES));
+    printf("  workspace (fa2_backward_workspace_size): %s; with FA2_DETERMINISTIC=1, %d partials: %s\n",
+           size_of(workspace_bytes(s, w, 0)), w->k_blocks, size_of(workspace_bytes(s, w, 1)));
+}
+
+static void print_csv(const shape *s, const walk *w)
+{
+    printf("kind,kv_head,key_block,step,head,query_block,row0,rows,key0,keys,masked,visible,order,seqlen_q,seqlen_k,"
+           "group,causal,block_m,block_n\n");
+    char meta[96];
+    snprintf(meta, sizeof meta, "%d,%d,%d,%d,%d,%d", s->seqlen_q, s->seqlen_k, w->group, s->causal, BWD_BLOCK_M,
+             BWD_BLOCK_N);
+    for (int i = 0; i < w->n_steps; i++) {
+        const step_t *x = &w->steps[i];
+        const int row0 = x->query_block * BWD_BLOCK_M, key0 = x->key_block * BWD_BLOCK_N;
+        printf("step,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%ld,-1,%s\n", x->kv_head, x->key_block, x->step, x->head,
+               x->query_block, row0, min_int(BWD_BLOCK_M, s->seqlen_q - row0), key0,
+               min_int(BWD_BLOCK_N, s->seqlen_k - key0), x->masked, x->visible, meta);
+    }
+    for (int h = 0; h < s->heads; h++)
+        for (int qb = 0; qb < w->q_blocks; qb++) {
+            const int row0 = qb * BWD_BLOCK_M, rows = min_int(BWD_BLOCK_M, s->seqlen_q - row0);
+            const int sources = convert_sources(w, s, qb);
+            if (sources == 0) printf("dq,%d,-1,-1,%d,%d,%d,%d,-1,-1,-1,0,-1,%s\n", h / w->group, h, qb, row0, rows, meta);
+            for (int nb = 0; nb < sources; nb++) {
+                const step_t *x = visit(w, h, qb, nb);
+                printf("dq,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%ld,%d,%s\n", h / w->group, nb, x ? x->step : -1, h, qb, row0,
+                       rows, nb * BWD_BLOCK_N, min_int(BWD_BLOCK_N, s->seqlen_k - nb * BWD_BLOCK_N), x ? x->masked : -1,
+                       visible_pairs(s, w->shift, qb, nb), nb, meta);
+            }
+        }
+}
+
+/* ---- --check ---- */
+
+static void check_shape(const shape *s)
+{
+    static walk w;
+    build(&w, s);
+    char tag[128], name[400];
+    snprintf(tag, sizeof tag, "B%d Hq%d Hkv%d Nq%d Nk%d d%d%s", s->batch, s->heads, s->kv_heads, s->seqlen_q, s->seqlen_k,
+             s->dim, s->causal ? " causal" : "");
+    /* each tile pair with a visible pair: one visit; without: none (so no step is spent on hidden pairs only) */
+    int once = 1, mask_exact = 1, convert_exact = 1, distinct = 1, counted = 1;
+    long tiles_visible = 0;
+    for (int h = 0; h < s->heads; h++)
+        for (int qb = 0; qb < w.q_blocks; qb++)
+            for (int nb = 0; nb < w.k_blocks; nb++) {
+                int visits = 0;
+                for (int i = 0; i < w.n_steps; i++) {
+                    const step_t *x = &w.steps[i];
+                    visits += x->key_block == nb && x->head == h && x->query_block == qb;
+                }
+                const long vis = visible_pairs(s, w.shift, qb, nb);
+                long brute = 0; /* the same count, pair by pair */
+                for (int row = qb * BWD_BLOCK_M; row < (qb + 1) * BWD_BLOCK_M; row++)
+                    for (int key = nb * BWD_BLOCK_N; key < (nb + 1) * BWD_BLOCK_N; key++) brute += is_visible(s, w.shift, row, key);
+                counted &= brute == vis;
+                tiles_visible += vis > 0;
+                once &= visits == (vis > 0);
+            }
+    for (int i = 0; i < w.n_steps; i++) {
+        const step_t *x = &w.steps[i];
+        mask_exact &= x->masked == (x->visible < (long)BWD_BLOCK_M * BWD_BLOCK_N);
+        for (int j = i + 1; j < w.n_steps && w.steps[j].key_block == x->key_block && w.steps[j].kv_head == x->kv_head; j++)
+            distinct &= !(w.steps[j].head == x->head && w.steps[j].query_block == x->query_block);
+    }
+    for (int h = 0; h < s->heads; h++)
+        for (int qb = 0; qb < w.q_blocks; qb++) {
+            const int sources = convert_sources(&w, s, qb);
+            for (int nb = 0; nb < w.k_blocks; nb++) convert_exact &= (visit(&w, h, qb, nb) != NULL) == (nb < sources);
+        }
+    snprintf(name, sizeof name, "backward_blocks %s: the %d tile pairs with a visible pair are visited exactly once "
+             "each, by the block of their key block, and no other pair is", tag, (int)tiles_visible);
+    check(once, name, "a tile pair with a visible pair is missed or visited twice, or a hidden one visited");
+    snprintf(name, sizeof name, "backward_blocks %s: each tile's visible pairs, row by row, are those of the pair by "
+             "pair mask (row < Nq, key < Nk, causal: key <= row + Nk - Nq)", tag);
+    check(counted, name, "the row-by-row count disagrees with the mask");
+    snprintf(name, sizeof name, "backward_blocks %s: the masked body runs exactly on the steps with a hidden pair", tag);
+    check(mask_exact, name, "a step without a hidden pair is masked, or one with a hidden pair is not");
+    snprintf(name, sizeof name, "backward_blocks %s: each block visits a (query head, query block) once: every element "
+             "of its dQ partial has one writer", tag);
+    check(distinct, name, "a block visits a (query head, query block) twice");
+    snprintf(name, sizeof name, "backward_blocks %s: bwd_convert_kernel's sum for each query block takes exactly the "
+             "key blocks whose walk visited it", tag);
+    check(convert_exact, name, "the convert kernel reads a partial no step wrote, or misses one");
+}
+
+static void run_checks(void)
+{
+    const shape shapes[] = {
+        {1, 2, 1, 400, 300, 128, 1}, {1, 2, 1, 300, 400, 128, 1}, {1, 4, 1, 33, 150, 64, 1},
+        {1, 8, 2, 1000, 77, 128, 1}, {1, 4, 4, 1, 300, 64, 1},    {1, 8, 2, 300, 1, 64, 1},
+        {1, 4, 4, 200, 65, 128, 0},  {1, 8, 1, 127, 127, 64, 1},  {1, 4, 4, 64, 64, 128, 1},
+        {1, 2, 2, 1024, 1024, 128, 1},
+    };
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i]);
+    /* the cost model: at the seed shape (every tile full) the tensor cores do exactly the 2.5 forwards */
+    const shape seed = {2, 8, 8, 1024, 1024, 128, 0};
+    static walk w;
+    build(&w, &seed);
+    const warp_cost c = cost_of(seed.dim);
+    const double tile_flops = (double)w.n_steps * seed.batch * BWD_WARPS * c.mma * 2 * MMA_M * MMA_N * MMA_K;
+    const double fwd_flops = 4.0 * seed.batch * seed.heads * seed.seqlen_q * seed.seqlen_k * seed.dim;
+    check(tile_flops == 2.5 * fwd_flops,
+          "backward_blocks B2 H8 N1024 d128: the loops' mma.sync (5 x d / 2 per warp per step) do 2.5 x the "
+          "forward's FLOPs",
+          "%.6g against %.6g", tile_flops, 2.5 * fwd_flops);
+    const warp_cost c64 = cost_of(64);
+    check(c.ldsm == 180 && c.mma == 320 && c64.ldsm == 92 && c64.mma == 160,
+          "backward_blocks: per warp and step, 180 ldmatrix.x4 for 320 mma at d128, 92 for 160 at d64 (the "
+          "kernel's loops)",
+          "d128 %d / %d, d64 %d / %d", c.ldsm, c.mma, c64.ldsm, c64.mma);
+}
+
+int main(int argc, char **argv)
+{
+    shape s = {1, 2, 1, 400, 300, 128, 1};
+    int csv = 0;
+    const cli_option opts[] = {
+        {"--batch", &s.batch, 1, 65535, 1, NULL},
+        {"--heads", &s.heads, 1, 256, 1, NULL},
+        {"--kv-heads", &s.kv_heads, 1, 256, 1, NULL},
+        {"--seqlen-q", &s.seqlen_q, 1, 65536, 1, NULL},
+        {"--seqlen-k", &s.seqlen_k, 1, 65536, 1, NULL},
+        {"--dim", &s.dim, 64, 128, 64, NULL},
+        {"--causal", &s.causal, 0, 1, 1, NULL},
+        {"--format", &csv, 0, 0, 0, "text|csv"},
+    };
+    parse_cli(argc, argv, usage, opts, sizeof opts / sizeof *opts, run_checks);
+    if (s.heads % s.kv_heads) cli_error("--heads %d is not a multiple of --kv-heads %d", s.heads, s.kv_heads);
+    const long q_blocks = (s.seqlen_q + BWD_BLOCK_M - 1) / BWD_BLOCK_M, k_blocks = (s.seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N;
+    if (q_blocks * k_blocks * s.heads > MAX_STEPS)
+        cli_error("%ld tile pairs of batch 0 is more than this program holds (%d)", q_blocks * k_blocks * s.heads, MAX_STEPS);
+    static walk w;
+    build(&w, &s);
+    if (csv) print_csv(&s, &w);
+    else print_text(&s, &w);
+    return 0;
+}

@@ -1,0 +1,1275 @@
+/* Step 14 - the backward pass: dQ, dK and dV on mma.sync.
+ *
+ * Base: step 07 (07_tuned), the portable kernel; `make step=14 diff` shows what
+ * changed against it. Runs on every GPU since Ampere, as step 07 does. The forward
+ * is step 07's, unchanged, so that one library runs forward and backward (the
+ * harness's --backward, python/fa2.py's autograd); everything below "the backward
+ * pass" is new.
+ *
+ * FlashAttention-2's backward (Dao 2023, "FlashAttention-2: Faster Attention with
+ * Better Parallelism and Work Partitioning", Algorithm 2), in three kernels:
+ *
+ * 1. bwd_prep_kernel: D = rowsum(dO * O) per query row, fp32, into the workspace
+ *    (the softmax's own term of dS = P * (dP - D)), and dQ's fp32 accumulator zeroed.
+ *
+ * 2. fa2_bwd_kernel: one block per (key block of 64 keys, kv head, batch). K_j and V_j
+ *    stay in shared memory for the whole block; dK_j and dV_j are fp32 mma accumulators
+ *    in registers; the block walks the query blocks i of 64 rows that see its keys
+ *    (causal: bottom-right aligned as the forward, so from row n0 - (seqlen_k -
+ *    seqlen_q) on), of every query head of the kv head's GQA group. For each:
+ *    Q_i and dO_i by cp.async into swizzled shared memory (double-buffered where two
+ *    stages fit, see choose_stages), LSE_i and D_i from global memory, then
+ *      S^T  = K_j Q_i^T        P^T = exp2(S^T scale log2e - LSE log2e)   (masked)
+ *      dV_j += P^T dO_i        dP^T = V_j dO_i^T      dS^T = P^T * (dP^T - D_i)
+ *      dK_j += dS^T Q_i        dQ_i += dS K_j  (red.global.add.f32 into the workspace)
+ *    Each warp owns 16 keys. Computing S^T rather than S puts the scores of a warp's
+ *    keys in the rows of its accumulator fragments, and an mma.sync C fragment (rows
+ *    g, g+8, columns 2t, 2t+1 of lane 4g+t) is, packed to 16 bits, exactly an A
+ *    fragment: P^T and dS^T feed dV and dK straight from registers, as P feeds P V
+ *    in the forward. The other operands are read transposed on the way out of shared
+ *    memory, by ldmatrix.trans (dO and Q as B of dV and dK, K as B of dQ). dQ = dS K
+ *    needs dS untransposed, a layout no lane holds (a C fragment's transpose spreads
+ *    each lane's values over other lanes), and dS's rows are spread over the four
+ *    warps: dS^T goes to a 64 x 64 shared tile, and each warp reads its 16 query rows
+ *    of all 64 keys back with ldmatrix.trans.
+ *
+ * 3. bwd_convert_kernel: dQ = scale x the fp32 accumulator, rounded to the dtype and
+ *    written at dq's strides. (dK is scaled in registers before its store.)
+ *
+ * GQA and MQA: the dK and dV of a kv head sum over the query heads of its group. The
+ * block loops over the group itself, so dK_j and dV_j keep accumulating in registers
+ * and are written once, in the dtype: no fp32 workspace for them, no atomics, and no
+ * second pass; the price is a grid of heads_kv rather than heads_q blocks per key
+ * block (MQA fills fewer SMs at short seqlen_k).
+ *
+ * Determinism: the blocks of one kv head add into the same dQ rows in whatever order
+ * they reach the atomics, and fp32 addition is not associative, so dQ can differ in
+ * its last bits from run to run. FA2_DETERMINISTIC=1 in the environment (read at
+ * each call, as FA2_EMULATE) gives each key block a dQ partial of its own in the
+ * workspace, written with plain stores (within a block each dQ element has one
+ * owner), and the convert kernel sums the partials in key-block order: the same bits
+ * every run, for a workspace of (key blocks) x the fp32 size of Q
+ * (fa2_backward_workspace_size reads the variable too) and no atomics.
+ *
+ * What the tiles cost: at 16 keys per warp every Q and dO fragment ldmatrix brings
+ * feeds one mma (step 07 explains why two m-tiles per fragment pay), and the dQ
+ * atomics move M x D floats per query block per key block. FA2's sm80 backward uses
+ * 8 warps over 128 keys with two warps sharing key rows (flash_bwd_launch_template.h);
+ * this step keeps one layout that fits 99 KB blocks at d128 and spills nothing in the
+ * kernels it launches (CUDA 13.0: the two-stage d128 one, which no 99 KB GPU chooses,
+ * spills 4 bytes on sm_86 and sm_89).
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <algorithm>
+#include <type_traits>
+
+#include "../../common/fa2.h"
+#include "../../common/device_limits.h"
+#include "../../common/validate.h"
+
+constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;  // mma.sync.m16n8k16
+constexpr float LOG2E = 1.4426950408889634f;
+constexpr float LN2 = 0.6931471805599453f;
+// The running max may lag the true max by this much (log2 units) before O is rescaled.
+constexpr float RESCALE_LOG2 = 8.0f;
+
+// Tile configurations. sweep.sh rebuilds this file with
+// -DFA2_SWEEP_WARPS=.. -DFA2_SWEEP_M_TILES=.. -DFA2_SWEEP_BLOCK_N=..
+// to time other candidates (both slots below then take the candidate).
+constexpr int STAGES = 2;  // shared-memory buffers for each of K and V, as in step 05
+template <int WARPS_, int M_TILES_, int BLOCK_N_>
+struct TileConfig {
+    static constexpr int WARPS = WARPS_, M_TILES = M_TILES_, BLOCK_N = BLOCK_N_;
+    static constexpr int THREADS = WARPS * 32;
+    static constexpr int BLOCK_M = WARPS * M_TILES * MMA_M;  // query rows per block
+};
+#ifdef FA2_SWEEP_WARPS
+using LargeGridConfig = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP_BLOCK_N>;
+using SmallGridConfig = LargeGridConfig;
+using SmallGridShortTileConfig = LargeGridConfig;
+#else
+// Chosen by sweep.sh on an H200 (results/2026-11-22-h200/step06-sweep-*.csv), the
+// same for head dim 64 and 128:
+//  - more 128-row blocks than SMs: 4 warps x 2 m-tiles, 64 keys per tile; two
+//    blocks share an SM (registers and shared memory allow two), 8 warps in all;
+//  - at most one block per SM (B2 H8 N1024 gives 128 blocks for 132 SMs): a
+//    lone block of the first kind leaves its SM with 4 warps, so 8 warps x 1
+//    m-tile, 128 keys per tile.
+// And where the second asks for more shared memory than a block may have (160 KB
+// at d128; GPUs of compute capability 8.6, 8.9 and 12.x give a block 99 KB), the
+// same 8 warps with 64 keys per tile (96 KB at d128). FlashAttention-2 also
+// shrinks its d128 tiles on sm_86/sm_89 (flash_fwd_launch_template.h: 128 x 32
+// keys without a mask, 64 x 64 with one, 4 warps), there to fit two blocks per
+// SM; here the block keeps its 128 rows, so the grid is the same in every
+// configuration, and gets its 8 warps in one block instead.
+using LargeGridConfig = TileConfig<4, 2, 64>;
+using SmallGridConfig = TileConfig<8, 1, 128>;
+using SmallGridShortTileConfig = TileConfig<8, 1, 64>;
+#endif
+static_assert(LargeGridConfig::BLOCK_M == SmallGridConfig::BLOCK_M && SmallGridConfig::BLOCK_M == SmallGridShortTileConfig::BLOCK_M,
+              "every configuration covers the same query rows, so the grid does not depend on the choice");
+// A block's shared memory: Q (then O) [BLOCK_M][D], and STAGES buffers each of K and V [BLOCK_N][D].
+template <typename C, int D>
+constexpr int smem_bytes_of() { return (C::BLOCK_M + 2 * STAGES * C::BLOCK_N) * D * 2; }
+
+// ---- PTX wrappers ----------------------------------------------------------
+
+// D = A B + D for one 16x8x16 tile. A: 4 regs of 2 x 16-bit (row major),
+// B: 2 regs (column major), C/D: 4 fp32. Lane l holds, with g = l / 4, t = l % 4:
+//   A: a0 (g, 2t..2t+1) a1 (g+8, 2t..) a2 (g, 2t+8..) a3 (g+8, 2t+8..)
+//   B: b0 (k 2t..2t+1, n g) b1 (k 2t+8..2t+9, n g)
+//   C: c0 c1 (g, 2t..2t+1) c2 c3 (g+8, 2t..2t+1)
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+// Four 8x8 matrices of 16-bit elements from shared memory: lanes 8i..8i+7 give
+// the row addresses of matrix i, and register i of lane l receives elements
+// (l / 4, 2 (l % 4)) and (l / 4, 2 (l % 4) + 1) of matrix i -- exactly an mma
+// fragment register. .trans delivers the transposed matrix instead.
+// `smem_addr` is a shared-state-space byte address (see the kernel's *_addr).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], uint32_t smem_addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr));
+}
+
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], uint32_t smem_addr)
+{
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr));
+}
+
+// Asynchronous 16-byte copy global -> shared (LDGSTS): the thread does not wait
+// for it and the data never passes through registers. .cg caches in L2 only:
+// K and V are read by other blocks from L2, never again by this SM's L1.
+// src_bytes = 0 reads nothing and fills the 16 bytes with zeros (tail rows).
+__device__ __forceinline__ void cp_async_16(uint32_t smem_dst, const void *global_src, bool valid)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_dst), "l"(global_src), "r"(valid ? 16 : 0));
+}
+
+// Closes the group of cp.async issued since the last commit.
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.
+__device__ __forceinline__ float exp2_approx(float x)
+{
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Reduces N values pairwise, a balanced tree of depth log2 N: a chain of N - 1
+// dependent FMNMX or FADD would wait out each one's latency (about 4 cycles)
+// in turn, and with two warps per scheduler little else can fill those cycles.
+struct MaxOp { __device__ static float apply(float a, float b) { return fmaxf(a, b); } };
+struct SumOp { __device__ static float apply(float a, float b) { return a + b; } };
+template <typename Op, int N>
+__device__ __forceinline__ float tree_reduce(const float (&x)[N])
+{
+    static_assert((N & (N - 1)) == 0, "a balanced pairwise tree needs a power-of-two count");
+    if constexpr (N == 1) {
+        return x[0];
+    } else {
+        float half[N / 2];
+#pragma unroll
+        for (int i = 0; i < N / 2; i++) half[i] = Op::apply(x[i], x[i + N / 2]);
+        return tree_reduce<Op>(half);
+    }
+}
+
+// The max to subtract in exp2(s - m): a row that has seen no key yet keeps
+// m = -inf, and subtracting 0 instead gives exp2(-inf) = 0 where -inf - -inf
+// would give NaN.
+__device__ __forceinline__ float finite_or_zero(float m) { return m == -INFINITY ? 0.0f : m; }
+
+// Two fp32 -> one register of two 16-bit values, lo in the low half.
+template <typename T>
+__device__ __forceinline__ uint32_t pack2(float lo, float hi)
+{
+    if constexpr (std::is_same<T, __half>::value) {
+        __half2 h = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    } else {
+        __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<uint32_t *>(&h);
+    }
+}
+
+// ---- swizzled shared-memory layout ---------------------------------------------
+
+// Physical column of logical element (row, col) in a tile of 16-bit elements:
+// the 16-byte chunk (8 elements) is XORed with the row's low 3 bits, so the
+// 8 rows any fragment read touches land in 8 different chunks of the 128-byte
+// bank window. Within a chunk nothing moves, so 32-bit and 16-byte accesses
+// keep their alignment.
+__device__ __forceinline__ int swizzle(int row, int col) { return (((col / 8) ^ (row % 8)) * 8) | (col % 8); }
+
+// Byte offset of element (row, col) from the start of a swizzled [rows][D] tile.
+template <int D>
+__device__ __forceinline__ uint32_t swizzled_offset(int row, int col) { return (row * D + swizzle(row, col)) * 2; }
+
+// ---- global -> shared copies -------------------------------------------------
+
+// This thread's share of copying a [ROWS][D] tile into swizzled shared memory,
+// 16 bytes per cp.async: one chunk column (col) of rows row0, row0 + ROWS_PER_PASS,
+// ... Those rows share row % 8, so the swizzled chunk is the same in every
+// pass and the shared address just steps by ROWS_PER_PASS rows: everything that
+// depends on the thread is computed once, in the constructor, and a tile's
+// copy is a run of cp.async with immediate offsets and one 64-bit add each.
+template <int D, int THREADS>
+struct TileCopy {
+    static constexpr int CHUNKS_PER_ROW = D * 2 / 16;  // 16-byte chunks of one row
+    static constexpr int ROWS_PER_PASS = THREADS / CHUNKS_PER_ROW;
+    static_assert(THREADS % CHUNKS_PER_ROW == 0, "every thread copies the same chunk column in each pass");
+    static_assert(ROWS_PER_PASS % 8 == 0, "a thread's rows share row % 8, so its swizzled chunk is the same in every pass");
+    int row0, col;      // this thread's first row and its chunk's first element
+    uint32_t smem_off;  // bytes from a tile's start to this thread's first chunk, swizzled
+
+    __device__ TileCopy() : row0(threadIdx.x / CHUNKS_PER_ROW), col(threadIdx.x % CHUNKS_PER_ROW * 8)
+    {
+        smem_off = swizzled_offset<D>(row0, col);
+    }
+
+    // Issues the copy of rows [0, ROWS) from src (row r at src + r * row_stride) to
+    // the tile at shared address tile_saddr. A FULL tile has every row; otherwise rows
+    // from valid_rows on are zero-filled (a tail tile then multiplies by 0 rather
+    // than by whatever memory holds). The caller commits and waits.
+    template <int ROWS, bool FULL>
+    __device__ __forceinline__ void issue(uint32_t tile_saddr, const uint16_t *src, int64_t row_stride, int valid_rows) const
+    {
+        static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
+        const uint16_t *row_src = src + row0 * row_stride + col;
+#pragma unroll
+        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+            const uint32_t dst = tile_saddr + smem_off + pass * ROWS_PER_PASS * D * 2;
+            if (FULL) {
+                cp_async_16(dst, row_src, true);
+            } else {
+                const bool valid = row0 + pass * ROWS_PER_PASS < valid_rows;
+                cp_async_16(dst, valid ? row_src : src + col, valid);  // src-size 0 reads nothing
+            }
+            row_src += ROWS_PER_PASS * row_stride;
+        }
+    }
+};
+
+// ---- the kernel --------------------------------------------------------------
+
+template <typename T, int D, typename C>
+__global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
+{
+    constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, M_TILES = C::M_TILES;
+    constexpr int THREADS = C::THREADS;
+    static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
+    static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of V feeds two 8-column d-tiles");
+    static_assert(BLOCK_N % MMA_K == 0, "P.V consumes keys 16 at a time (the k of m16n8k16)");
+    static_assert(BLOCK_N % (2 * MMA_N) == 0, "one ldmatrix.x4 of K feeds two 8-key n-tiles");
+    static_assert(STAGES >= 2, "the copy of tile nb + 1 needs its own buffer while tile nb is read");
+    extern __shared__ __align__(16) uint16_t smem[];
+    // The tiles as shared-state-space byte addresses (_saddr), the form cp.async and ldmatrix take.
+    constexpr uint32_t ROW_BYTES = D * 2, STAGE_BYTES = BLOCK_N * ROW_BYTES;
+    const uint32_t q_saddr = (uint32_t)__cvta_generic_to_shared(smem);  // [BLOCK_M][D]; O in the epilogue
+    const uint32_t k_saddr = q_saddr + BLOCK_M * ROW_BYTES;             // [STAGES][BLOCK_N][D]
+    const uint32_t v_saddr = k_saddr + STAGES * STAGE_BYTES;            // [STAGES][BLOCK_N][D]
+
+    // Causal blocks near the end of the sequence see the most keys; the GPU starts
+    // blocks in index order, so they get the low indices and the short blocks fill
+    // the tail of the launch instead of the long ones.
+    const int m_block = p.causal ? gridDim.x - 1 - blockIdx.x : blockIdx.x;
+    const int m0 = m_block * BLOCK_M, h = blockIdx.y, b = blockIdx.z;
+    const int h_kv = h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
+    const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
+    const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
+    const int warp_row0 = warp * M_TILES * MMA_M;      // this warp's first row in the block
+    // Skip the O rescale while the running max is close enough (see the softmax
+    // below) only where the rescale is long: M_TILES x D / 2 FMUL per row pair.
+    constexpr bool LAZY_RESCALE = M_TILES * D >= 256;
+
+    const uint16_t *q = (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)m0 * p.q_row_stride + h * p.q_head_stride;
+    const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + h_kv * p.k_head_stride;
+    const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + h_kv * p.v_head_stride;
+
+    // Causal: key tiles past the last key the block's last row sees are skipped;
+    // only tiles that cross the diagonal, or the seqlen_k tail, need a mask.
+    const int key_end = p.causal ? min(p.seqlen_k, max(0, m0 + BLOCK_M + shift)) : p.seqlen_k;
+    const int n_blocks = (key_end + BLOCK_N - 1) / BLOCK_N;
+
+    // Prologue: Q, K tile 0 and V tile 0, one commit group; each key tile then
+    // commits one group with the next tile's K and V.
+    const TileCopy<D, THREADS> tile_copy;
+    tile_copy.template issue<BLOCK_M, false>(q_saddr, q, p.q_row_stride, min(BLOCK_M, p.seqlen_q - m0));
+    if (n_blocks > 0) {
+        tile_copy.template issue<BLOCK_N, false>(k_saddr, k, p.k_row_stride, min(BLOCK_N, p.seqlen_k));
+        tile_copy.template issue<BLOCK_N, false>(v_saddr, v, p.v_row_stride, min(BLOCK_N, p.seqlen_k));
+    }
+    cp_async_commit();
+
+    // This lane's ldmatrix row addresses. Every row a lane points at has
+    // row % 8 == lane % 8 (fragments start on multiples of 8 rows), so the swizzle
+    // maps 16-byte chunk 8 h + c (c < 8) to 8 h + (c ^ lane % 8): of the chunks a
+    // lane reads, only 4 distinct addresses remain, [i] for c = 2 i + its half
+    // (k-steps kk with kk % 4 == i); m-tiles, n-tiles, key steps and the next 128
+    // bytes (kk / 4) are fixed offsets the loads take as immediates.
+    uint32_t q_addr[4], k_addr[4], v_addr[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        // Q (A, row major): rows lane % 16 of the m-tile, chunk 2 kk + lane / 16.
+        q_addr[i] = q_saddr + (warp_row0 + lane % 16) * ROW_BYTES + ((2 * i + lane / 16) ^ (lane % 8)) * 16;
+        // K (B = K^T): keys (lane / 16) * 8 + lane % 8 of two n-tiles, chunk 2 kk + lane / 8 % 2.
+        k_addr[i] = k_saddr + ((lane / 16) * 8 + lane % 8) * ROW_BYTES + ((2 * i + lane / 8 % 2) ^ (lane % 8)) * 16;
+        // V (B, transposed on the way): keys (lane / 8 % 2) * 8 + lane % 8, chunk dt + lane / 16.
+        v_addr[i] = v_saddr + ((lane / 8 % 2) * 8 + lane % 8) * ROW_BYTES + ((2 * i + lane / 16) ^ (lane % 8)) * 16;
+    }
+
+    float o_acc[M_TILES][D / MMA_N][4];  // [m-tile][d-tile][c0..c3]: rows g, g+8 of the m-tile, cols 2t, 2t+1
+    float m_run[M_TILES][2];             // running max of rows g and g+8, in scaled log2 units
+    float l_run[M_TILES][2];             // this lane's part of the running sum (quad-reduced at the end)
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++) {
+#pragma unroll
+        for (int dt = 0; dt < D / MMA_N; dt++) o_acc[mt][dt][0] = o_acc[mt][dt][1] = o_acc[mt][dt][2] = o_acc[mt][dt][3] = 0.0f;
+        m_run[mt][0] = m_run[mt][1] = -INFINITY;
+        l_run[mt][0] = l_run[mt][1] = 0.0f;
+    }
+
+    // One key tile: the loop body, instantiated twice. Tiles that need no mask
+    // (all but the diagonal ones and the seqlen_k tail) run a copy compiled with
+    // no masking code at all, so its compares and selects, and the register
+    // shuffling a run-time branch around them costs, leave the hot loop.
+    auto key_tile = [&](const int nb, auto masked) {
+        const int n0 = nb * BLOCK_N, n1 = n0 + BLOCK_N;
+        const uint32_t stage_off = nb % STAGES * STAGE_BYTES, next_off = (nb + 1) % STAGES * STAGE_BYTES;
+        // K and V of tile nb have landed (this thread's copies, then, after the
+        // barrier, every thread's), and every warp is done with tile nb - 1, whose
+        // buffers the copies below overwrite. One barrier per tile: V_nb was issued
+        // a whole tile ago, so waiting for it here costs nothing, and the body from
+        // Q K^T to P V becomes one stretch of code the compiler schedules as a whole.
+        cp_async_wait<0>();
+        __syncthreads();
+        // Tile nb + 1: only the seqlen_k tail has rows to zero-fill; the others skip the
+        // per-row checks. (The choice stays spelled out at each call: a refactor that
+        // moved it into TileCopy, among other changes, made ptxas schedule this loop
+        // differently and ran 17% slower at d64 on the H200, results/ run 16.)
+        const bool next_full = n1 + BLOCK_N <= p.seqlen_k;
+        if (nb + 1 < n_blocks) {
+            const uint16_t *k1 = k + (int64_t)n1 * p.k_row_stride;
+            if (next_full) tile_copy.template issue<BLOCK_N, true>(k_saddr + next_off, k1, p.k_row_stride, BLOCK_N);
+            else tile_copy.template issue<BLOCK_N, false>(k_saddr + next_off, k1, p.k_row_stride, p.seqlen_k - n1);
+            const uint16_t *v1 = v + (int64_t)n1 * p.v_row_stride;
+            if (next_full) tile_copy.template issue<BLOCK_N, true>(v_saddr + next_off, v1, p.v_row_stride, BLOCK_N);
+            else tile_copy.template issue<BLOCK_N, false>(v_saddr + next_off, v1, p.v_row_stride, p.seqlen_k - n1);
+        }
+        cp_async_commit();
+
+        // S = Q K^T: this warp's M_TILES x 16 rows x BLOCK_N keys.
+        float s_acc[M_TILES][BLOCK_N / MMA_N][4];  // [m-tile][key n-tile][c0..c3]
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) s_acc[mt][nt][0] = s_acc[mt][nt][1] = s_acc[mt][nt][2] = s_acc[mt][nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+            // ldmatrix.x4 matrices: rows 0-7 / 8-15 (lane % 16) x cols 0-7 / 8-15 (lane / 16) = a0, a1, a2, a3.
+            uint32_t q_frag[M_TILES][4];  // [m-tile][a0..a3] for this k-step
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+                ldmatrix_x4(q_frag[mt], q_addr[kk % 4] + mt * MMA_M * ROW_BYTES + kk / 4 * 128);
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_N / MMA_N; nt += 2) {
+                // B = K^T: element (k = d, n = key) is K[key][d] of the tile, rows of K are the n of B.
+                // Matrices: keys nt*8 + 0-7 (lanes 0-15) or + 8-15 (lanes 16-31), d cols + 0-7 or + 8-15
+                // (lane / 8 % 2) = b0, b1 of n-tile nt, then b0, b1 of n-tile nt + 1.
+                uint32_t k_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(k_frag, k_addr[kk % 4] + stage_off + nt * MMA_N * ROW_BYTES + kk / 4 * 128);
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {  // one K fragment, M_TILES mma
+                    mma_m16n8k16<T>(s_acc[mt][nt], q_frag[mt], k_frag[0], k_frag[1]);
+                    mma_m16n8k16<T>(s_acc[mt][nt + 1], q_frag[mt], k_frag[2], k_frag[3]);
+                }
+            }
+        }
+
+        if constexpr (decltype(masked)::value) {
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) {
+                        int row = m0 + warp_row0 + mt * MMA_M + g + (e >= 2 ? 8 : 0), key = n0 + nt * MMA_N + 2 * t + (e & 1);
+                        if (key >= p.seqlen_k || (p.causal && key > row + shift)) s_acc[mt][nt][e] = -INFINITY;
+                    }
+        }
+
+        // Online softmax for rows g (r = 0: c0, c1) and g + 8 (r = 1: c2, c3) of each m-tile.
+        float tile_max[M_TILES][2];  // the row's max score in this tile, scaled to log2 units
+        bool grown = false;          // has some row's max grown past its running max by more than RESCALE_LOG2?
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                float row_vals[BLOCK_N / MMA_N * 2];  // this lane's BLOCK_N / 4 scores of the row
+#pragma unroll
+                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) row_vals[2 * nt] = s_acc[mt][nt][2 * r], row_vals[2 * nt + 1] = s_acc[mt][nt][2 * r + 1];
+                float row_max = tree_reduce<MaxOp>(row_vals);
+                row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 1));  // the 4 lanes of a quad
+                row_max = fmaxf(row_max, __shfl_xor_sync(0xffffffffu, row_max, 2));  // share one row
+                tile_max[mt][r] = row_max * scale_log2;
+                grown |= tile_max[mt][r] > m_run[mt][r] + RESCALE_LOG2;
+            }
+        // Rescale only when the warp must: a running max that is up to RESCALE_LOG2
+        // below the true one leaves p = exp2(s - m) <= 2^RESCALE_LOG2, which fp16/bf16
+        // P and the fp32 sums hold exactly as well, and the final O / l cancels
+        // whichever max was used. Past the first tile a row's max rarely grows that
+        // much, so the 4 exp2 and the D / 2 FMUL per row of the O correction mostly
+        // drop out. The vote keeps the branch warp-uniform.
+        if (!LAZY_RESCALE || __any_sync(0xffffffffu, grown)) {
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float m_new = fmaxf(m_run[mt][r], tile_max[mt][r]);
+                    const float correction = exp2_approx(m_run[mt][r] - finite_or_zero(m_new));  // 0 on a row's first visible key
+                    m_run[mt][r] = m_new;
+                    l_run[mt][r] *= correction;
+#pragma unroll
+                    for (int dt = 0; dt < D / MMA_N; dt++) {
+                        o_acc[mt][dt][2 * r] *= correction;
+                        o_acc[mt][dt][2 * r + 1] *= correction;
+                    }
+                }
+        }
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const float m_use = finite_or_zero(m_run[mt][r]);
+                float row_vals[BLOCK_N / MMA_N * 2];
+#pragma unroll
+                for (int nt = 0; nt < BLOCK_N / MMA_N; nt++) {
+                    s_acc[mt][nt][2 * r] = row_vals[2 * nt] = exp2_approx(fmaf(s_acc[mt][nt][2 * r], scale_log2, -m_use));
+                    s_acc[mt][nt][2 * r + 1] = row_vals[2 * nt + 1] = exp2_approx(fmaf(s_acc[mt][nt][2 * r + 1], scale_log2, -m_use));
+                }
+                l_run[mt][r] += tree_reduce<SumOp>(row_vals);
+            }
+
+
+        // O += P V. The C fragments of key n-tiles 2j and 2j+1 are exactly the A
+        // fragment of k-step j, so P never leaves registers.
+#pragma unroll
+        for (int j = 0; j < BLOCK_N / MMA_K; j++) {
+            uint32_t p_frag[M_TILES][4];  // [m-tile][a0..a3] for key k-step j
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                p_frag[mt][0] = pack2<T>(s_acc[mt][2 * j][0], s_acc[mt][2 * j][1]);
+                p_frag[mt][1] = pack2<T>(s_acc[mt][2 * j][2], s_acc[mt][2 * j][3]);
+                p_frag[mt][2] = pack2<T>(s_acc[mt][2 * j + 1][0], s_acc[mt][2 * j + 1][1]);
+                p_frag[mt][3] = pack2<T>(s_acc[mt][2 * j + 1][2], s_acc[mt][2 * j + 1][3]);
+            }
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                // B = V: element (k = key, n = d) is V[key][d] of the tile, rows of V are the k of B, so
+                // the 8x8 matrices are transposed on the way. Matrices: keys + 0-7 / 8-15
+                // (lane / 8 % 2) x d cols dt*8 + 0-7 / 8-15 (lane / 16) = b0, b1 of d-tile dt, dt + 1.
+                uint32_t v_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(v_frag, v_addr[dt % 8 / 2] + stage_off + j * MMA_K * ROW_BYTES + dt / 8 * 128);
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {  // one V fragment, M_TILES mma
+                    mma_m16n8k16<T>(o_acc[mt][dt], p_frag[mt], v_frag[0], v_frag[1]);
+                    mma_m16n8k16<T>(o_acc[mt][dt + 1], p_frag[mt], v_frag[2], v_frag[3]);
+                }
+            }
+        }
+    };
+
+    // Tiles from first_masked on cross the diagonal (causal: some key is past the
+    // first row's last visible key) or hold the seqlen_k tail.
+    int first_masked = p.seqlen_k / BLOCK_N;
+    if (p.causal) first_masked = min(first_masked, max(0, (m0 + shift + 1) / BLOCK_N));
+    first_masked = min(first_masked, n_blocks);
+    for (int nb = 0; nb < first_masked; nb++) key_tile(nb, std::false_type{});
+    for (int nb = first_masked; nb < n_blocks; nb++) key_tile(nb, std::true_type{});
+
+    // Epilogue, 1: finish the row sums across the quad, normalise in registers,
+    // write O into the Q tile's shared memory (swizzled: a fragment's 8 rows hit 8
+    // different chunks, so the 4-byte stores are conflict-free), and LSE directly.
+    cp_async_wait<0>();  // a block that saw no key tile never waited for Q: its copy may still be landing
+    __syncthreads();     // every warp is done reading Q (and K, V) before O overwrites it
+    uint16_t(*o_smem)[D] = reinterpret_cast<uint16_t(*)[D]>(smem);  // [BLOCK_M][D], the Q tile's space
+#pragma unroll
+    for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 1);
+            l_run[mt][r] += __shfl_xor_sync(0xffffffffu, l_run[mt][r], 2);
+            const int row = warp_row0 + mt * MMA_M + g + 8 * r;
+            const float inv_l = l_run[mt][r] != 0.0f ? 1.0f / l_run[mt][r] : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt++)
+                *reinterpret_cast<uint32_t *>(&o_smem[row][swizzle(row, dt * MMA_N + 2 * t)]) =
+                    pack2<T>(o_acc[mt][dt][2 * r] * inv_l, o_acc[mt][dt][2 * r + 1] * inv_l);
+            if (p.lse && t == 0 && m0 + row < p.seqlen_q)
+                p.lse[((int64_t)b * p.heads_q + h) * p.seqlen_q + m0 + row] =
+                    l_run[mt][r] != 0.0f ? (m_run[mt][r] + log2f(l_run[mt][r])) * LN2 : -INFINITY;
+        }
+    __syncthreads();
+
+    // Epilogue, 2: 16-byte chunks to global memory, consecutive threads on
+    // consecutive chunks of a row, so each 8 threads write one full 128-byte line.
+    constexpr int CHUNKS_PER_ROW = D * 2 / 16;
+    static_assert((BLOCK_M * CHUNKS_PER_ROW) % THREADS == 0, "every thread stores the same number of chunks");
+    uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)m0 * p.o_row_stride + h * p.o_head_stride;
+#pragma unroll
+    for (int i = threadIdx.x; i < BLOCK_M * CHUNKS_PER_ROW; i += THREADS) {
+        const int row = i / CHUNKS_PER_ROW, chunk = i % CHUNKS_PER_ROW;
+        if (m0 + row < p.seqlen_q)
+            *reinterpret_cast<uint4 *>(o + row * p.o_row_stride + chunk * 8) =
+                *reinterpret_cast<const uint4 *>(&o_smem[row][swizzle(row, chunk * 8)]);
+    }
+}
+
+// ---- launcher and ABI --------------------------------------------------------
+
+// Blocks of the launch: every configuration's cover the same rows, so one count serves all.
+static long long grid_blocks(const fa2_params *p)
+{
+    return (long long)((p->seqlen_q + LargeGridConfig::BLOCK_M - 1) / LargeGridConfig::BLOCK_M) * p->heads_q * p->batch;
+}
+
+template <typename T, int D, typename C>
+static int launch_with(const fa2_params *p, int64_t, void *stream)
+{
+    constexpr int smem_bytes = smem_bytes_of<C, D>();
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    dim3 grid((p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, p->heads_q, p->batch);
+    fa2_mma_kernel<T, D, C><<<grid, C::THREADS, smem_bytes, (cudaStream_t)stream>>>(*p);
+    FA2_CUDA_TRY(cudaGetLastError());
+    return FA2_OK;
+}
+
+enum { LARGE_GRID = 0, SMALL_GRID = 1, SMALL_GRID_SHORT_TILE = 2, CONFIGS = 3 };
+
+// What one configuration asks of an SM, and how many of its blocks fit on one.
+struct Fit {
+    int smem_bytes, warps, blocks_per_sm;  // blocks_per_sm 0: it does not fit at all
+};
+
+// Blocks of configuration C per SM. On the GPU itself the runtime's occupancy
+// query answers (it knows the registers ptxas gave this GPU's SASS); under
+// FA2_EMULATE the same rules are applied by arithmetic to the preset's numbers,
+// with the registers this build's kernel has where a GPU can say (otherwise the
+// 255 a thread may have at most, the fewest blocks they could allow).
+template <typename T, int D, typename C>
+static Fit fit_of(const fa2_limits *l)
+{
+    constexpr int smem_bytes = smem_bytes_of<C, D>();
+    Fit f = {smem_bytes, C::WARPS, 0};
+    if (smem_bytes > l->smem_per_block) return f;
+    if (!l->preset) {
+        if (cudaFuncSetAttribute(fa2_mma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&f.blocks_per_sm, fa2_mma_kernel<T, D, C>, C::THREADS, smem_bytes) == cudaSuccess)
+            return f;
+        cudaGetLastError();  // leave no error behind; the arithmetic answers instead
+    }
+    cudaFuncAttributes attr;
+    int regs = 255;
+    if (cudaFuncGetAttributes(&attr, fa2_mma_kernel<T, D, C>) == cudaSuccess) regs = attr.numRegs;
+    else cudaGetLastError();
+    f.blocks_per_sm = fa2_limits_blocks_per_sm(l, C::THREADS, regs, smem_bytes);
+    return f;
+}
+
+// The configuration a launch takes: LargeGridConfig where two of its 4-warp blocks
+// share each SM (the grid has more blocks than SMs, and an SM holds two); else the
+// 8-warp configuration with the longest key tile that fits; else, on a GPU that
+// fits neither, a lone LargeGridConfig block. -1 when nothing fits.
+struct Choice {
+    int config;
+    long long blocks;
+    Fit fit;
+};
+template <typename T, int D>
+static Choice choose_config(const fa2_params *p, const fa2_limits *l)
+{
+    // Asked once per process and preset: the queries cost microseconds, a launch's whole budget.
+    static Fit fits[CONFIGS];
+    static const char *fits_for = "";  // the preset (NULL: the GPU) they were asked for; "" not yet
+    if (fits_for == nullptr ? l->preset != nullptr : (l->preset == nullptr || strcmp(fits_for, l->preset) != 0)) {
+        fits[LARGE_GRID] = fit_of<T, D, LargeGridConfig>(l);
+        fits[SMALL_GRID] = fit_of<T, D, SmallGridConfig>(l);
+        fits[SMALL_GRID_SHORT_TILE] = fit_of<T, D, SmallGridShortTileConfig>(l);
+        fits_for = l->preset;
+    }
+    Choice c = {-1, grid_blocks(p), fits[LARGE_GRID]};
+    if (fits[LARGE_GRID].blocks_per_sm >= 2 && c.blocks > l->sm_count) c.config = LARGE_GRID;
+    else if (fits[SMALL_GRID].blocks_per_sm >= 1) c.config = SMALL_GRID;
+    else if (fits[SMALL_GRID_SHORT_TILE].blocks_per_sm >= 1) c.config = SMALL_GRID_SHORT_TILE;
+    else if (fits[LARGE_GRID].blocks_per_sm >= 1) c.config = LARGE_GRID;
+    if (c.config >= 0) c.fit = fits[c.config];
+    return c;
+}
+
+// The choice for these params, through their dtype and head dim.
+static Choice choose(const fa2_params *p, const fa2_limits *l)
+{
+    if (p->dtype == FA2_FP16) return p->head_dim == 64 ? choose_config<__half, 64>(p, l) : choose_config<__half, 128>(p, l);
+    return p->head_dim == 64 ? choose_config<__nv_bfloat16, 64>(p, l) : choose_config<__nv_bfloat16, 128>(p, l);
+}
+
+template <typename T, int D>
+static int launch(const fa2_params *p, void *stream)
+{
+    fa2_limits l;
+    char why[256];
+    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    // One launch, or one per chunk of at most 65,535 batches and heads (the grid's y and z).
+    switch (choose_config<T, D>(p, &l).config) {
+    case SMALL_GRID: return fa2_for_each_grid_chunk(p, launch_with<T, D, SmallGridConfig>, stream);
+    case SMALL_GRID_SHORT_TILE: return fa2_for_each_grid_chunk(p, launch_with<T, D, SmallGridShortTileConfig>, stream);
+    default: return fa2_for_each_grid_chunk(p, launch_with<T, D, LargeGridConfig>, stream);
+    }
+}
+
+extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
+{
+    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
+    if (p->head_dim != 64 && p->head_dim != 128) {
+        if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
+        return 0;
+    }
+    // 16-byte copies need every row to start on a 16-byte boundary.
+    if (!fa2_validate_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
+    // The smallest configuration must fit the GPU's shared memory per block.
+    const int least = p->head_dim == 64 ? smem_bytes_of<LargeGridConfig, 64>() : smem_bytes_of<LargeGridConfig, 128>();
+    char what[32];
+    snprintf(what, sizeof what, "head_dim %d", p->head_dim);
+    return fa2_limits_check_smem(least, what, why, why_len);
+}
+
+extern "C" int fa2_config_count(void) { return CONFIGS; }
+
+extern "C" int fa2_config_smem(const fa2_params *p, int config)
+{
+    const bool d64 = p->head_dim == 64;
+    switch (config) {
+    case LARGE_GRID: return d64 ? smem_bytes_of<LargeGridConfig, 64>() : smem_bytes_of<LargeGridConfig, 128>();
+    case SMALL_GRID: return d64 ? smem_bytes_of<SmallGridConfig, 64>() : smem_bytes_of<SmallGridConfig, 128>();
+    case SMALL_GRID_SHORT_TILE: return d64 ? smem_bytes_of<SmallGridShortTileConfig, 64>() : smem_bytes_of<SmallGridShortTileConfig, 128>();
+    default: return -1;
+    }
+}
+
+static const char *const config_names[CONFIGS] = {"4 warps x 2 m-tiles, 64 keys per tile", "8 warps x 1 m-tile, 128 keys per tile",
+                                                  "8 warps x 1 m-tile, 64 keys per tile"};
+
+extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
+{
+    if (!fa2_supports(p, what, what_len)) return -1;
+    fa2_limits l;
+    if (fa2_limits_get(&l, what, what_len) != FA2_LIMITS_OK) return -1;  // the choice depends on the GPU's limits
+    const Choice c = choose(p, &l);
+    if (c.config < 0) {
+        snprintf(what, what_len, "no configuration fits %s", l.name);
+        return -1;
+    }
+    snprintf(what, what_len, "%s, %d KB: %lld blocks, %d per SM on %d SMs", config_names[c.config], c.fit.smem_bytes / 1024,
+             c.blocks, c.fit.blocks_per_sm, l.sm_count);
+    return c.config;
+}
+
+extern "C" int fa2_forward(const fa2_params *p, void *stream)
+{
+    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    if (p->dtype == FA2_FP16)
+        return p->head_dim == 64 ? launch<__half, 64>(p, stream) : launch<__half, 128>(p, stream);
+    return p->head_dim == 64 ? launch<__nv_bfloat16, 64>(p, stream) : launch<__nv_bfloat16, 128>(p, stream);
+}
+
+extern "C" const char *fa2_name(void) { return "14_backward"; }
+extern "C" const char *fa2_key_change(void) { return "the backward: dQ, dK, dV from S^T on mma.sync, dK and dV in registers, dQ by fp32 atomics"; }
+extern "C" int fa2_runs_on_gpu(void) { return 1; }
+extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
+
+// ==== the backward pass ==========================================================
+
+// The tiles: a block owns BWD_BLOCK_N keys, 16 per warp, and walks the query rows
+// BWD_BLOCK_M at a time.
+constexpr int BWD_WARPS = 4, BWD_THREADS = BWD_WARPS * 32;
+constexpr int BWD_BLOCK_N = BWD_WARPS * MMA_M;  // keys per block: warp w owns keys 16w .. 16w + 15
+constexpr int BWD_BLOCK_M = 64;                 // query rows per step of the walk
+static_assert(BWD_BLOCK_M == BWD_WARPS * MMA_M, "in dQ = dS K each warp owns 16 query rows of the step");
+static_assert(BWD_BLOCK_M * 2 == 128,
+              "a row of the dS^T tile is the 8 16-byte chunks the swizzle permutes: its fragment stores are conflict-free");
+static_assert(BWD_BLOCK_M % (2 * MMA_N) == 0, "one ldmatrix.x4 of Q or dO feeds two 8-query n-tiles");
+static_assert(BWD_BLOCK_N % MMA_K == 0, "dQ = dS K consumes the keys 16 at a time (the k of m16n8k16)");
+constexpr int BWD_PREP_THREADS = 256;  // the prep and convert kernels: rows of 16-byte chunks
+
+// Shared memory of one block: K_j and V_j [BWD_BLOCK_N][D], STAGES buffers each of
+// Q_i and dO_i [BWD_BLOCK_M][D], and dS^T [BWD_BLOCK_N][BWD_BLOCK_M].
+template <int D, int STAGES>
+constexpr int bwd_smem_bytes() { return (2 * BWD_BLOCK_N + 2 * STAGES * BWD_BLOCK_M) * D * 2 + BWD_BLOCK_N * BWD_BLOCK_M * 2; }
+
+// A lane's ldmatrix row addresses in a swizzled tile of COLS 16-bit columns, for one
+// fragment pattern: the lane points at row `row` of each fragment (row % 8 == lane % 8:
+// fragments start on multiples of 8 rows) and at chunk c0 + `half` (c0 even). The swizzle
+// maps chunk 8 h + c (c < 8) to 8 h + (c ^ lane % 8), so of all the chunks a lane reads
+// only 4 offsets remain, [i] for c0 % 8 = 2 i: the fragment's first row and the 128-byte
+// steps of c0 become immediates (step 07's q_addr, k_addr, v_addr). Holding one address
+// per fragment instead, ptxas keeps the loop-invariant ones of every step in registers.
+template <int COLS>
+struct LaneOffsets {
+    uint32_t off[4];
+    __device__ LaneOffsets(int row, int half)
+    {
+#pragma unroll
+        for (int i = 0; i < 4; i++) off[i] = row * (COLS * 2) + (((2 * i + half) ^ (row % 8)) * 16);
+    }
+    // The lane's address in the fragment of rows r0 .. (a multiple of 8), chunks c0, c0 + 1.
+    __device__ __forceinline__ uint32_t at(uint32_t tile_saddr, int r0, int c0) const
+    {
+        return tile_saddr + r0 * (COLS * 2) + c0 / 8 * 128 + off[c0 % 8 / 2];
+    }
+};
+
+// One register of two 16-bit values -> two fp32.
+template <typename T>
+__device__ __forceinline__ float2 unpack2(uint32_t x)
+{
+    if constexpr (std::is_same<T, __half>::value) return __half22float2(*reinterpret_cast<__half2 *>(&x));
+    else return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&x));
+}
+
+// The first query block that sees key n0 (causal: row r sees keys <= r + shift, so
+// rows from n0 - shift on; all of them otherwise). The main kernel starts its walk
+// there and the convert kernel's deterministic sum skips the partials of the key
+// blocks that start past a row's block: the same function, so they agree.
+__device__ __forceinline__ int first_query_block(int n0, int shift, int causal)
+{
+    return causal ? max(0, n0 - shift) / BWD_BLOCK_M : 0;
+}
+
+// The workspace: dQ's fp32 accumulator [partials][batch * heads_q * seqlen_q][D]
+// (rows in LSE order; one partial, or one per key block in the deterministic mode),
+// then D [batch * heads_q * seqlen_q].
+struct BwdArgs {
+    fa2_bwd_params p;
+    float *dq_ws;        // [partials][rows][D]: the sum of dS K over key blocks, not yet scaled
+    float *d_ws;         // [rows]: D = rowsum(dO * O)
+    int batch0, head_kv0;  // this launch's first batch and kv head (a grid's y and z stop at 65,535)
+    int deterministic;   // 1: dq_ws has one partial per key block, written with plain stores
+};
+
+// Kernel 1: D = rowsum(dO * O), and dQ's accumulator zeroed where the atomics add into
+// it. A row's D / 8 chunks go to D / 8 consecutive lanes (16-byte loads, each 8 lanes
+// of a d64 row reading one 128-byte line), which sum by shuffles.
+template <typename T, int D>
+__global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArgs a)
+{
+    constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
+    static_assert(32 % CHUNKS == 0 && BWD_PREP_THREADS % CHUNKS == 0, "a row's chunks sit in one warp, in every pass");
+    const fa2_params &p = a.p.fwd;
+    const int64_t total = (int64_t)p.batch * p.heads_q * p.seqlen_q * CHUNKS;
+    // The bound is warp-uniform (total and the stride are multiples of 32 apart from the
+    // last pass, where lanes past the end take part with 0): every shuffle has all 32 lanes.
+    for (int64_t base = (int64_t)blockIdx.x * BWD_PREP_THREADS; base < total; base += (int64_t)gridDim.x * BWD_PREP_THREADS) {
+        const int64_t idx = base + threadIdx.x, row = idx / CHUNKS;
+        const int chunk = (int)(idx % CHUNKS);
+        float acc = 0.0f;
+        if (idx < total) {
+            const int i = (int)(row % p.seqlen_q), h = (int)(row / p.seqlen_q % p.heads_q), b = (int)(row / p.seqlen_q / p.heads_q);
+            const uint4 o = *reinterpret_cast<const uint4 *>((const uint16_t *)p.o + b * p.o_batch_stride + (int64_t)i * p.o_row_stride +
+                                                             h * p.o_head_stride + chunk * 8);
+            const uint4 dout = *reinterpret_cast<const uint4 *>((const uint16_t *)a.p.dout + b * a.p.dout_batch_stride +
+                                                                (int64_t)i * a.p.dout_row_stride + h * a.p.dout_head_stride + chunk * 8);
+            const uint32_t o_regs[4] = {o.x, o.y, o.z, o.w}, dout_regs[4] = {dout.x, dout.y, dout.z, dout.w};
+#pragma unroll
+            for (int r = 0; r < 4; r++) {
+                const float2 x = unpack2<T>(o_regs[r]), y = unpack2<T>(dout_regs[r]);
+                acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
+            }
+            if (!a.deterministic) {
+                float4 *dq = reinterpret_cast<float4 *>(a.dq_ws + row * D + chunk * 8);
+                dq[0] = dq[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            }
+        }
+#pragma unroll
+        for (int lanes = CHUNKS / 2; lanes > 0; lanes /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, lanes);
+        if (idx < total && chunk == 0) a.d_ws[row] = acc;
+    }
+}
+
+// Kernel 2: one block per (key block, kv head, batch); see the header for the algorithm.
+// Two blocks per SM (8 warps) bound the registers to 255 a lane: dK, dV, S^T and dP^T
+// take 192 at d128 and 128 at d64, where ptxas takes all 255 anyway (it keeps a step's Q
+// fragments live); held to 170 for three blocks it spills 52 bytes (CUDA 13.0, sm_80).
+constexpr int BWD_MIN_BLOCKS = 2;
+template <typename T, int D, int STAGES>
+__global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(const BwdArgs a)
+{
+    constexpr int BLOCK_M = BWD_BLOCK_M, BLOCK_N = BWD_BLOCK_N, THREADS = BWD_THREADS;
+    static_assert(D % MMA_K == 0, "S^T = K Q^T consumes the head dim 16 at a time (the k of m16n8k16)");
+    static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of dO, Q or K feeds two 8-column d-tiles");
+    static_assert(STAGES == 1 || STAGES == 2, "Q and dO single- or double-buffered");
+    const fa2_bwd_params &bp = a.p;
+    const fa2_params &p = a.p.fwd;
+    extern __shared__ __align__(16) uint16_t smem[];
+    // The tiles as shared-state-space byte addresses (_saddr), the form cp.async and ldmatrix take.
+    constexpr uint32_t ROW_BYTES = D * 2, QTILE_BYTES = BLOCK_M * ROW_BYTES;
+    const uint32_t k_saddr = (uint32_t)__cvta_generic_to_shared(smem);  // [BLOCK_N][D]
+    const uint32_t v_saddr = k_saddr + BLOCK_N * ROW_BYTES;             // [BLOCK_N][D]
+    const uint32_t q_saddr = v_saddr + BLOCK_N * ROW_BYTES;             // [STAGES][BLOCK_M][D]
+    const uint32_t do_saddr = q_saddr + STAGES * QTILE_BYTES;           // [STAGES][BLOCK_M][D]
+    const uint32_t ds_saddr = do_saddr + STAGES * QTILE_BYTES;          // [BLOCK_N][BLOCK_M]: dS^T, keys x queries
+    uint16_t(*ds_smem)[BLOCK_M] = reinterpret_cast<uint16_t(*)[BLOCK_M]>(smem + (2 * BLOCK_N + 2 * STAGES * BLOCK_M) * D);
+
+    const int n_block = blockIdx.x, h_kv = blockIdx.y + a.head_kv0, b = blockIdx.z + a.batch0;
+    const int n0 = n_block * BLOCK_N;
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int g = lane / 4, t = lane % 4;       // mma fragment coordinates: row group, thread in group
+    const int warp_key0 = warp * MMA_M;         // this warp's first key in the block
+    const int group = p.heads_q / p.heads_kv;   // GQA: the query heads of this kv head
+    const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
+    const float scale_log2 = p.softmax_scale * LOG2E;
+    const int64_t rows_total = (int64_t)p.batch * p.heads_q * p.seqlen_q;
+    float *dq_ws = a.dq_ws + (a.deterministic ? n_block * rows_total * D : 0);  // [rows][D]: this block's partial, or the shared sum
+
+    // The walk: step s is query block first_qb + s % per_head of query head
+    // h_kv * group + s / per_head.
+    const int first_qb = first_query_block(n0, shift, p.causal);
+    const int per_head = max(0, (p.seqlen_q + BLOCK_M - 1) / BLOCK_M - first_qb);
+    const int steps = group * per_head;
+
+    const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + (int64_t)n0 * p.k_row_stride + h_kv * p.k_head_stride;
+    const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + (int64_t)n0 * p.v_row_stride + h_kv * p.v_head_stride;
+    const TileCopy<D, THREADS> tile_copy;
+    // Q_i and dO_i of step s into buffer `stage`; rows past seqlen_q are zero-filled.
+    auto issue_step = [&](int s, int stage) {
+        const int h = h_kv * group + s / per_head, m0 = (first_qb + s % per_head) * BLOCK_M;
+        const uint16_t *q = (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)m0 * p.q_row_stride + h * p.q_head_stride;
+        const uint16_t *dout = (const uint16_t *)bp.dout + b * bp.dout_batch_stride + (int64_t)m0 * bp.dout_row_stride + h * bp.dout_head_stride;
+        tile_copy.template issue<BLOCK_M, false>(q_saddr + stage * QTILE_BYTES, q, p.q_row_stride, p.seqlen_q - m0);
+        tile_copy.template issue<BLOCK_M, false>(do_saddr + stage * QTILE_BYTES, dout, bp.dout_row_stride, p.seqlen_q - m0);
+    };
+    // Prologue: K_j, V_j (tail keys zero-filled) and step 0, one commit group.
+    tile_copy.template issue<BLOCK_N, false>(k_saddr, k, p.k_row_stride, p.seqlen_k - n0);
+    tile_copy.template issue<BLOCK_N, false>(v_saddr, v, p.v_row_stride, p.seqlen_k - n0);
+    if (steps > 0) issue_step(0, 0);
+    cp_async_commit();
+
+    // This lane's ldmatrix rows in the three fragment patterns of the D-wide tiles:
+    //  a_rows:  A, row major (K and V for S^T and dP^T): rows lane % 16, chunk + lane / 16;
+    //  b_rows:  B from the n-rows (Q and dO for S^T and dP^T): rows lane / 16 * 8 + lane % 8,
+    //           chunk + lane / 8 % 2;
+    //  bt_rows: B from the k-rows, transposed on the way (dO, Q and K for dV, dK and dQ):
+    //           rows lane / 8 % 2 * 8 + lane % 8, chunk + lane / 16.
+    const LaneOffsets<D> a_rows(lane % 16, lane / 16), b_rows(lane / 16 * 8 + lane % 8, lane / 8 % 2),
+        bt_rows(lane / 8 % 2 * 8 + lane % 8, lane / 16);
+    // And in the dS^T tile, for A = dS read transposed: keys lane / 16 * 8 + lane % 8, the
+    // warp's query chunk 2 warp + lane / 8 % 2 (8 chunks to a row: the swizzle's whole range).
+    const int ds_row = lane / 16 * 8 + lane % 8;
+    const uint32_t ds_lane_saddr = ds_saddr + ds_row * BLOCK_M * 2 + (((2 * warp + lane / 8 % 2) ^ (ds_row % 8)) * 16);
+
+    float dk_acc[D / MMA_N][4];  // [d-tile][c0..c3]: keys g, g+8 of the warp's 16, cols 2t, 2t+1
+    float dv_acc[D / MMA_N][4];  // the same for dV
+#pragma unroll
+    for (int dt = 0; dt < D / MMA_N; dt++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
+
+    // One step: instantiated twice, as step 07's key tile. Steps that need no mask
+    // (every query row in seqlen_q, every key in seqlen_k and, causal, seen by the
+    // step's first row) run a copy with no masking code.
+    auto query_step = [&](const int s, const int stage, auto masked) {
+        constexpr bool MASKED = decltype(masked)::value;
+        const int h = h_kv * group + s / per_head, m0 = (first_qb + s % per_head) * BLOCK_M;
+        const int64_t row0 = ((int64_t)b * p.heads_q + h) * p.seqlen_q + m0;  // row m0 of head h in LSE order
+        const uint32_t qs_saddr = q_saddr + stage * QTILE_BYTES, dos_saddr = do_saddr + stage * QTILE_BYTES;
+
+        // S^T = K_j Q_i^T: the warp's 16 keys x BLOCK_M queries.
+        float st_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3]: keys g, g+8; queries 8 nt + 2t, + 1
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++) st_acc[nt][0] = st_acc[nt][1] = st_acc[nt][2] = st_acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+            // A = K (row major, as Q in the forward): rows lane % 16, chunk 2 kk + lane / 16 = a0..a3.
+            uint32_t k_frag[4];  // [a0..a3] of the warp's keys for d k-step kk
+            ldmatrix_x4(k_frag, a_rows.at(k_saddr, warp_key0, 2 * kk));
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {
+                // B = Q^T, element (k = d, n = query) = Q[query][d]: Q's rows are the n of B, as K's
+                // in the forward: queries 8 nt + 0-7 (lanes 0-15) or + 8-15, d chunk 2 kk + lane / 8 % 2.
+                uint32_t q_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(q_frag, b_rows.at(qs_saddr, nt * MMA_N, 2 * kk));
+                mma_m16n8k16<T>(st_acc[nt], k_frag, q_frag[0], q_frag[1]);
+                mma_m16n8k16<T>(st_acc[nt + 1], k_frag, q_frag[2], q_frag[3]);
+            }
+        }
+
+        // P^T = exp2(S^T scale log2e - LSE log2e), in place. Masked: a hidden pair (a key
+        // past seqlen_k or past the row's causal limit, a row past seqlen_q) is selected
+        // to 0, never computed from -inf: a row that sees no key has LSE = -inf, and
+        // -inf - -inf would be NaN. (Every row of it is masked, so its LSE is never used.)
+        auto visible = [&](int nt, int e) {
+            const int key = n0 + warp_key0 + g + (e >= 2 ? 8 : 0), row = m0 + nt * MMA_N + 2 * t + (e & 1);
+            return row < p.seqlen_q && key < p.seqlen_k && (!p.causal || key <= row + shift);
+        };
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int q_col = nt * MMA_N + 2 * t + c;  // this lane's query column
+                const float lse_log2 = !MASKED || m0 + q_col < p.seqlen_q ? p.lse[row0 + q_col] * LOG2E : 0.0f;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float prob = exp2_approx(fmaf(st_acc[nt][2 * r + c], scale_log2, -lse_log2));
+                    st_acc[nt][2 * r + c] = !MASKED || visible(nt, 2 * r + c) ? prob : 0.0f;
+                }
+            }
+
+        // dV_j += P^T dO_i. The C fragments of query n-tiles 2j, 2j + 1 are the A fragment of
+        // k-step j. B = dO (k = query, n = d): dO's rows are the k of B, transposed on the way
+        // as V in the forward: queries 16 j + 0-7 / 8-15 (lane / 8 % 2), chunk dt + lane / 16.
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
+            uint32_t p_frag[4];  // [a0..a3]: P^T of the warp's keys x queries 16 j .. 16 j + 15
+            p_frag[0] = pack2<T>(st_acc[2 * j][0], st_acc[2 * j][1]);
+            p_frag[1] = pack2<T>(st_acc[2 * j][2], st_acc[2 * j][3]);
+            p_frag[2] = pack2<T>(st_acc[2 * j + 1][0], st_acc[2 * j + 1][1]);
+            p_frag[3] = pack2<T>(st_acc[2 * j + 1][2], st_acc[2 * j + 1][3]);
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                uint32_t do_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(do_frag, bt_rows.at(dos_saddr, j * MMA_K, dt));
+                mma_m16n8k16<T>(dv_acc[dt], p_frag, do_frag[0], do_frag[1]);
+                mma_m16n8k16<T>(dv_acc[dt + 1], p_frag, do_frag[2], do_frag[3]);
+            }
+        }
+
+        // dP^T = V_j dO_i^T: as S^T, with V for K and dO for Q.
+        float dpt_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3], as st_acc
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++) dpt_acc[nt][0] = dpt_acc[nt][1] = dpt_acc[nt][2] = dpt_acc[nt][3] = 0.0f;
+#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+            uint32_t v_frag[4];  // [a0..a3] of the warp's keys for d k-step kk
+            ldmatrix_x4(v_frag, a_rows.at(v_saddr, warp_key0, 2 * kk));
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {
+                uint32_t do_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(do_frag, b_rows.at(dos_saddr, nt * MMA_N, 2 * kk));
+                mma_m16n8k16<T>(dpt_acc[nt], v_frag, do_frag[0], do_frag[1]);
+                mma_m16n8k16<T>(dpt_acc[nt + 1], v_frag, do_frag[2], do_frag[3]);
+            }
+        }
+
+        // dS^T = P^T * (dP^T - D), in place in dpt_acc; masked pairs are 0 (a NaN in V at a key
+        // a row does not see must not reach that row's dQ through 0 x NaN).
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int q_col = nt * MMA_N + 2 * t + c;
+                const float d_row = !MASKED || m0 + q_col < p.seqlen_q ? a.d_ws[row0 + q_col] : 0.0f;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float ds = st_acc[nt][2 * r + c] * (dpt_acc[nt][2 * r + c] - d_row);
+                    dpt_acc[nt][2 * r + c] = !MASKED || visible(nt, 2 * r + c) ? ds : 0.0f;
+                }
+            }
+
+        // dS^T to shared memory for dQ (swizzled: the 8 rows g of a fragment store land in 8
+        // different 16-byte chunks of the 128-byte row, so the 4-byte stores are conflict-free),
+        // and dK_j += dS^T Q_i from the same registers: B = Q (k = query, n = d), transposed on
+        // the way as dO above.
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
+            uint32_t ds_frag[4];  // [a0..a3]: dS^T of the warp's keys x queries 16 j .. 16 j + 15
+            ds_frag[0] = pack2<T>(dpt_acc[2 * j][0], dpt_acc[2 * j][1]);
+            ds_frag[1] = pack2<T>(dpt_acc[2 * j][2], dpt_acc[2 * j][3]);
+            ds_frag[2] = pack2<T>(dpt_acc[2 * j + 1][0], dpt_acc[2 * j + 1][1]);
+            ds_frag[3] = pack2<T>(dpt_acc[2 * j + 1][2], dpt_acc[2 * j + 1][3]);
+            const int key_lo = warp_key0 + g, key_hi = key_lo + 8, col = j * MMA_K + 2 * t;
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col)]) = ds_frag[0];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col)]) = ds_frag[1];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col + 8)]) = ds_frag[2];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col + 8)]) = ds_frag[3];
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                uint32_t q_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(q_frag, bt_rows.at(qs_saddr, j * MMA_K, dt));
+                mma_m16n8k16<T>(dk_acc[dt], ds_frag, q_frag[0], q_frag[1]);
+                mma_m16n8k16<T>(dk_acc[dt + 1], ds_frag, q_frag[2], q_frag[3]);
+            }
+        }
+        __syncthreads();  // every warp's keys of dS^T are in shared memory
+
+        // dQ_i += dS K_j: warp w owns query rows 16 w .. 16 w + 15 of the step, over all the
+        // block's keys. A = dS (m = query, k = key) from the dS^T tile, whose rows are the k of
+        // A: ldmatrix.trans, matrices keys + 0-7 / 8-15 (lane / 16) x queries + 0-7 / 8-15
+        // (lane / 8 % 2) = a0..a3. B = K (k = key, n = d), transposed on the way as V in the forward.
+        uint32_t dst_frag[BLOCK_N / MMA_K][4];  // [key k-step][a0..a3] of dS, the warp's 16 query rows
+#pragma unroll
+        for (int kj = 0; kj < BLOCK_N / MMA_K; kj++)
+            ldmatrix_x4_trans(dst_frag[kj], ds_lane_saddr + kj * MMA_K * BLOCK_M * 2);
+        const int q_lo = warp * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
+        float *dq_lo = dq_ws + (row0 + q_lo) * D + 2 * t, *dq_hi = dq_lo + 8 * D;
+        const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
+        // Two d-tiles at a time, added to global memory as soon as they are complete: the
+        // warp's 16 x D block of dQ would need D / 2 more accumulator registers per lane,
+        // next to dK's and dV's D each.
+#pragma unroll
+        for (int dt = 0; dt < D / MMA_N; dt += 2) {
+            float dq_acc[2][4] = {};  // [d-tile dt, dt + 1][c0..c3]: queries q_lo, q_lo + 8; cols 2t, 2t + 1
+#pragma unroll
+            for (int kj = 0; kj < BLOCK_N / MMA_K; kj++) {
+                uint32_t k_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(k_frag, bt_rows.at(k_saddr, kj * MMA_K, dt));
+                mma_m16n8k16<T>(dq_acc[0], dst_frag[kj], k_frag[0], k_frag[1]);
+                mma_m16n8k16<T>(dq_acc[1], dst_frag[kj], k_frag[2], k_frag[3]);
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int col = (dt + half) * MMA_N;
+                if (a.deterministic) {  // this block's own partial: each element has one owner here
+                    if (lo_in) *reinterpret_cast<float2 *>(dq_lo + col) = make_float2(dq_acc[half][0], dq_acc[half][1]);
+                    if (hi_in) *reinterpret_cast<float2 *>(dq_hi + col) = make_float2(dq_acc[half][2], dq_acc[half][3]);
+                } else {  // the sum every key block adds to: the result unused, so RED, not ATOM
+                    if (lo_in) atomicAdd(dq_lo + col, dq_acc[half][0]), atomicAdd(dq_lo + col + 1, dq_acc[half][1]);
+                    if (hi_in) atomicAdd(dq_hi + col, dq_acc[half][2]), atomicAdd(dq_hi + col + 1, dq_acc[half][3]);
+                }
+            }
+        }
+    };
+
+    for (int s = 0; s < steps; s++) {
+        const int stage = s % STAGES;
+        if (STAGES == 1 && s > 0) {  // one buffer: every warp is done with step s - 1 before it is overwritten
+            __syncthreads();
+            issue_step(s, 0);
+            cp_async_commit();
+        }
+        // Q_s and dO_s have landed (this thread's copies, then, after the barrier, every
+        // thread's); every warp is done with step s - 1: its buffer and the dS^T tile.
+        cp_async_wait<0>();
+        __syncthreads();
+        if (STAGES == 2 && s + 1 < steps) {  // step s + 1 loads while step s computes
+            issue_step(s + 1, (s + 1) % 2);
+            cp_async_commit();
+        }
+        const int m0 = (first_qb + s % per_head) * BLOCK_M;
+        const bool masked = m0 + BLOCK_M > p.seqlen_q || n0 + BLOCK_N > p.seqlen_k || (p.causal && n0 + BLOCK_N - 1 > m0 + shift);
+        if (masked) query_step(s, stage, std::true_type{});
+        else query_step(s, stage, std::false_type{});
+    }
+    cp_async_wait<0>();  // a block with no step never waited for K and V
+
+    // dK_j (times the softmax scale, which dS left out) and dV_j, in the dtype, at their
+    // strides: a quad's four 4-byte stores fill 16 contiguous bytes of a row. Written
+    // once per block, so staging them for 128-byte lines (step 06) would save little.
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int key = n0 + warp_key0 + g + 8 * r;
+        if (key >= p.seqlen_k) continue;
+        uint16_t *dk = (uint16_t *)bp.dk + b * bp.dk_batch_stride + (int64_t)key * bp.dk_row_stride + h_kv * bp.dk_head_stride + 2 * t;
+        uint16_t *dv = (uint16_t *)bp.dv + b * bp.dv_batch_stride + (int64_t)key * bp.dv_row_stride + h_kv * bp.dv_head_stride + 2 * t;
+#pragma unroll
+        for (int dt = 0; dt < D / MMA_N; dt++) {
+            *reinterpret_cast<uint32_t *>(dk + dt * MMA_N) = pack2<T>(dk_acc[dt][2 * r] * p.softmax_scale, dk_acc[dt][2 * r + 1] * p.softmax_scale);
+            *reinterpret_cast<uint32_t *>(dv + dt * MMA_N) = pack2<T>(dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
+        }
+    }
+}
+
+// Kernel 3: dQ = softmax_scale x the accumulated dS K, in the dtype at dq's strides, 8
+// elements (one 16-byte store) per thread. Deterministic: the sum of the key blocks'
+// partials that saw the row, in key-block order.
+template <typename T, int D>
+__global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_convert_kernel(const BwdArgs a)
+{
+    constexpr int CHUNKS = D / 8;
+    const fa2_bwd_params &bp = a.p;
+    const fa2_params &p = a.p.fwd;
+    const int64_t rows_total = (int64_t)p.batch * p.heads_q * p.seqlen_q, total = rows_total * CHUNKS;
+    const int n_blocks = (p.seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N, shift = p.seqlen_k - p.seqlen_q;
+    for (int64_t idx = (int64_t)blockIdx.x * BWD_PREP_THREADS + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * BWD_PREP_THREADS) {
+        const int64_t row = idx / CHUNKS;
+        const int chunk = (int)(idx % CHUNKS);
+        const int i = (int)(row % p.seqlen_q), h = (int)(row / p.seqlen_q % p.heads_q), b = (int)(row / p.seqlen_q / p.heads_q);
+        // The key blocks whose walk included row i's query block: all of them, or (causal)
+        // those up to the first that starts past it (first_query_block grows with the key
+        // block). One sum, or, deterministic, each one's partial, added in key-block order.
+        const int last_nb = a.deterministic ? n_blocks - 1 : 0;
+        float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
+        for (int nb = 0; nb <= last_nb && first_query_block(nb * BWD_BLOCK_N, shift, p.causal) <= i / BWD_BLOCK_M; nb++) {
+            const float4 *part = reinterpret_cast<const float4 *>(a.dq_ws + (nb * rows_total + row) * D + chunk * 8);
+            const float4 x = part[0], y = part[1];
+            lo.x += x.x, lo.y += x.y, lo.z += x.z, lo.w += x.w;
+            hi.x += y.x, hi.y += y.y, hi.z += y.z, hi.w += y.w;
+        }
+        const float s = p.softmax_scale;
+        const uint4 out = {pack2<T>(lo.x * s, lo.y * s), pack2<T>(lo.z * s, lo.w * s), pack2<T>(hi.x * s, hi.y * s), pack2<T>(hi.z * s, hi.w * s)};
+        *reinterpret_cast<uint4 *>((uint16_t *)bp.dq + b * bp.dq_batch_stride + (int64_t)i * bp.dq_row_stride + h * bp.dq_head_stride + chunk * 8) = out;
+    }
+}
+
+// ---- the backward's launcher and ABI --------------------------------------------
+
+// FA2_DETERMINISTIC, read at each call: 1 when it is "1"; 0 when it is unset, empty or
+// "0"; -1, with one line in why, for anything else.
+static int deterministic_mode(char *why, size_t why_len)
+{
+    const char *env = getenv("FA2_DETERMINISTIC");
+    if (!env || !*env || !strcmp(env, "0")) return 0;
+    if (!strcmp(env, "1")) return 1;
+    if (why) snprintf(why, why_len, "FA2_DETERMINISTIC '%.32s' (allowed: 0, 1 or unset)", env);
+    return -1;
+}
+
+static int64_t bwd_rows(const fa2_params *p) { return (int64_t)p->batch * p->heads_q * p->seqlen_q; }
+static int bwd_key_blocks(const fa2_params *p) { return (p->seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N; }
+// dQ partials in the workspace: one per key block in the deterministic mode, else one sum.
+static int64_t bwd_partials(const fa2_params *p, int deterministic) { return deterministic == 1 ? bwd_key_blocks(p) : 1; }
+
+// Blocks of fa2_bwd_kernel<T, D, STAGES> per SM, 0 when one does not fit: the runtime's
+// occupancy query on the GPU, the same rules by arithmetic under FA2_EMULATE (as step
+// 07's fit_of).
+template <typename T, int D, int STAGES>
+static int bwd_blocks_per_sm(const fa2_limits *l)
+{
+    constexpr int smem_bytes = bwd_smem_bytes<D, STAGES>();
+    if (smem_bytes > l->smem_per_block) return 0;
+    int blocks = 0;
+    if (!l->preset) {
+        if (cudaFuncSetAttribute(fa2_bwd_kernel<T, D, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fa2_bwd_kernel<T, D, STAGES>, BWD_THREADS, smem_bytes) == cudaSuccess)
+            return blocks;
+        cudaGetLastError();  // leave no error behind; the arithmetic answers instead
+    }
+    cudaFuncAttributes attr;
+    int regs = 255;
+    if (cudaFuncGetAttributes(&attr, fa2_bwd_kernel<T, D, STAGES>) == cudaSuccess) regs = attr.numRegs;
+    else cudaGetLastError();
+    return fa2_limits_blocks_per_sm(l, BWD_THREADS, regs, smem_bytes);
+}
+
+// Q_i and dO_i double-buffered (step i + 1 loads under step i's math) unless one buffer
+// lets more blocks share an SM: at d128 two stages take 104 KB, one 72 KB, so a 164 KB
+// A100 SM holds one block of the first and two of the second, and a 99 KB block (8.6,
+// 8.9, 12.x) gets only the second. 0 when neither fits.
+template <typename T, int D>
+static int choose_stages(const fa2_limits *l)
+{
+    const int two = bwd_blocks_per_sm<T, D, 2>(l), one = bwd_blocks_per_sm<T, D, 1>(l);
+    if (two > 0 && two >= one) return 2;
+    return one > 0 ? 1 : 0;
+}
+
+template <typename T, int D, int STAGES>
+static int launch_bwd_main(BwdArgs a, cudaStream_t stream)
+{
+    constexpr int smem_bytes = bwd_smem_bytes<D, STAGES>();
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_bwd_kernel<T, D, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    const fa2_params &p = a.p.fwd;
+    // Key blocks in x (up to 2^31 - 1), kv heads and batch in y and z, one launch per
+    // 65,535 x 65,535 of them; the kernel adds head_kv0 and batch0 to its block index.
+    for (int b0 = 0; b0 < p.batch; b0 += FA2_GRID_YZ_MAX)
+        for (int h0 = 0; h0 < p.heads_kv; h0 += FA2_GRID_YZ_MAX) {
+            a.batch0 = b0, a.head_kv0 = h0;
+            dim3 grid(bwd_key_blocks(&p), min(FA2_GRID_YZ_MAX, p.heads_kv - h0), min(FA2_GRID_YZ_MAX, p.batch - b0));
+            fa2_bwd_kernel<T, D, STAGES><<<grid, BWD_THREADS, smem_bytes, stream>>>(a);
+            FA2_CUDA_TRY(cudaGetLastError());
+        }
+    return FA2_OK;
+}
+
+template <typename T, int D>
+static int launch_backward(const fa2_bwd_params *p, int deterministic, cudaStream_t stream)
+{
+    fa2_limits l;
+    char why[256];
+    if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
+    const int stages = choose_stages<T, D>(&l);
+    if (stages == 0) return fa2_fail("choose_stages", "no backward tile fits the GPU's shared memory per block");
+    BwdArgs a;
+    a.p = *p;
+    a.dq_ws = (float *)p->fwd.workspace;
+    a.d_ws = a.dq_ws + bwd_partials(&p->fwd, deterministic) * bwd_rows(&p->fwd) * D;
+    a.batch0 = a.head_kv0 = 0;
+    a.deterministic = deterministic;
+    // The row kernels stride over the rows' 16-byte chunks: at most one wave of resident
+    // threads, so a long problem reuses them rather than queueing blocks.
+    const int64_t chunks = bwd_rows(&p->fwd) * (D / 8);
+    const int64_t wave = (int64_t)l.sm_count * (l.threads_per_sm / BWD_PREP_THREADS);
+    const int row_grid = (int)std::min((chunks + BWD_PREP_THREADS - 1) / BWD_PREP_THREADS, wave);
+    bwd_prep_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
+    FA2_CUDA_TRY(cudaGetLastError());
+    const int rc = stages == 2 ? launch_bwd_main<T, D, 2>(a, stream) : launch_bwd_main<T, D, 1>(a, stream);
+    if (rc != FA2_OK) return rc;
+    bwd_convert_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
+    FA2_CUDA_TRY(cudaGetLastError());
+    return FA2_OK;
+}
+
+// dQ's fp32 accumulator (one per key block in the deterministic mode) and D, both per
+// query row; the size overflowing size_t gives SIZE_MAX, which no workspace reaches.
+extern "C" size_t fa2_backward_workspace_size(const fa2_bwd_params *p)
+{
+    if (!fa2_validate_params(&p->fwd, NULL, 0)) return 0;
+    const uint64_t floats_per_row = (uint64_t)bwd_partials(&p->fwd, deterministic_mode(NULL, 0)) * p->fwd.head_dim + 1;
+    uint64_t bytes;
+    if (__builtin_mul_overflow(floats_per_row, (uint64_t)bwd_rows(&p->fwd) * sizeof(float), &bytes) || bytes > SIZE_MAX) return SIZE_MAX;
+    return (size_t)bytes;
+}
+
+extern "C" int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t why_len)
+{
+    if (!fa2_validate_bwd_params(p, why, why_len)) return 0;
+    // The forward's refusals (head dims 64 and 128, 16-byte aligned q, k, v and o: the
+    // backward reads them as the forward does), then its own tensors' alignment.
+    if (!fa2_supports(&p->fwd, why, why_len)) return 0;
+    if (!fa2_validate_bwd_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
+    if (deterministic_mode(why, why_len) < 0) return 0;
+    const int least = p->fwd.head_dim == 64 ? bwd_smem_bytes<64, 1>() : bwd_smem_bytes<128, 1>();
+    char what[48];
+    snprintf(what, sizeof what, "the backward at head_dim %d", p->fwd.head_dim);
+    if (!fa2_limits_check_smem(least, what, why, why_len)) return 0;
+    return fa2_validate_bwd_workspace(p, fa2_backward_workspace_size(p), why, why_len);
+}
+
+extern "C" int fa2_backward(const fa2_bwd_params *p, void *stream)
+{
+    if (!fa2_backward_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
+    const int deterministic = deterministic_mode(NULL, 0);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (p->fwd.dtype == FA2_FP16)
+        return p->fwd.head_dim == 64 ? launch_backward<__half, 64>(p, deterministic, s) : launch_backward<__half, 128>(p, deterministic, s);
+    return p->fwd.head_dim == 64 ? launch_backward<__nv_bfloat16, 64>(p, deterministic, s)
+                                 : launch_backward<__nv_bfloat16, 128>(p, deterministic, s);
+}
