@@ -41,8 +41,8 @@
  *
  * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
  *    read by each block for its own sequence: its key tiles, causal shift and tail) and
- *    K and V in pages through a block table (each copied row looks its page up; a key
- *    tile may cross pages when a page holds fewer keys than a tile). The split count
+ *    K and V in pages through a block table (a key tile within one page is looked up
+ *    once; pages of fewer keys than a tile, row by row, once for K and V). The split count
  *    still comes from seqlen_k, the longest a sequence may be, so a short sequence's
  *    blocks finish early.
  *
@@ -257,26 +257,32 @@ struct TileCopy {
         }
     }
 
-    // The same copy from a paged K or V (fa2.h): row r is key key0 + r of the sequence,
-    // in page pages[(key0 + r) >> page_shift] of the pool at pool + page * page_stride,
-    // at row (key0 + r) & page_mask of it. Each pass looks its page up in the block table
-    // (a tile may cross pages when a page holds fewer keys than a tile); rows from
-    // valid_rows on are zero-filled, and their block-table entries, which may lie past
-    // the sequence's pages, are never read.
+    // The K and V copies of a tile that crosses pages (fa2.h's paged K and V, pages of
+    // fewer keys than a tile): row r is key key0 + r of the sequence, in page
+    // pages[(key0 + r) >> page_shift] of each pool, at row (key0 + r) & page_mask of it.
+    // Each pass looks its row's page up once for K and V; rows from valid_rows on are
+    // zero-filled, and their block-table entries, which may lie past the sequence's
+    // pages, are never read.
     template <int ROWS>
-    __device__ __forceinline__ void issue_paged(uint32_t tile_saddr, const uint16_t *pool, const int32_t *pages, int key0,
-                                                int page_shift, int64_t page_stride, int64_t row_stride, int valid_rows) const
+    __device__ __forceinline__ void issue_paged(uint32_t k_tile_saddr, uint32_t v_tile_saddr, const uint16_t *k_pool,
+                                                const uint16_t *v_pool, const int32_t *pages, int key0, int page_shift,
+                                                const fa2_params &p, int valid_rows) const
     {
         static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
         const int page_mask = (1 << page_shift) - 1;
 #pragma unroll
         for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
-            const uint32_t dst = tile_saddr + smem_off + pass * ROWS_PER_PASS * D * 2;
+            const uint32_t dst_off = smem_off + pass * ROWS_PER_PASS * D * 2;
             const int row = row0 + pass * ROWS_PER_PASS, key = key0 + row;
             const bool valid = row < valid_rows;
-            const uint16_t *src = pool + col;
-            if (valid) src += pages[key >> page_shift] * page_stride + (int64_t)(key & page_mask) * row_stride;
-            cp_async_16(dst, src, valid);  // src-size 0 reads nothing
+            const uint16_t *k_src = k_pool + col, *v_src = v_pool + col;
+            if (valid) {
+                const int64_t page = pages[key >> page_shift], in_page = key & page_mask;
+                k_src += page * p.k_batch_stride + in_page * p.k_row_stride;
+                v_src += page * p.v_batch_stride + in_page * p.v_row_stride;
+            }
+            cp_async_16(k_tile_saddr + dst_off, k_src, valid);  // src-size 0 reads nothing
+            cp_async_16(v_tile_saddr + dst_off, v_src, valid);
         }
     }
 };
@@ -388,18 +394,26 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
         cp_async_16(q_saddr + swizzled_offset<D>(row, col), src, valid);
     }
     // Key tile nn's K and V into its stage, nn % STAGES. Only the seqlen_k tail has rows
-    // to zero-fill; full tiles skip the per-row checks. Paged K and V look each row's
-    // page up in the block table.
+    // to zero-fill; full tiles skip the per-row checks. Paged K and V: a tile within one
+    // page (pages of at least a tile's keys: both powers of two, so tiles never straddle
+    // one) is the dense copy from that page, looked up once; smaller pages, row by row.
     const TileCopy<D, THREADS> tile_copy;
     auto issue_tile = [&](const int nn) {
         const int n0 = nn * BLOCK_N;
         const uint32_t off = nn % STAGES * L::STAGE_BYTES;
-        if (pages) {
-            tile_copy.template issue_paged<BLOCK_N>(k_saddr + off, k, pages, n0, page_shift, p.k_batch_stride, p.k_row_stride, seqlen_k - n0);
-            tile_copy.template issue_paged<BLOCK_N>(v_saddr + off, v, pages, n0, page_shift, p.v_batch_stride, p.v_row_stride, seqlen_k - n0);
+        if (pages && p.page_size < BLOCK_N) {
+            tile_copy.template issue_paged<BLOCK_N>(k_saddr + off, v_saddr + off, k, v, pages, n0, page_shift, p, seqlen_k - n0);
             return;
         }
-        const uint16_t *k_tile = k + (int64_t)n0 * p.k_row_stride, *v_tile = v + (int64_t)n0 * p.v_row_stride;
+        const uint16_t *k_tile = k, *v_tile = v;
+        if (pages) {  // n0 < seqlen_k: the block's tiles end at its sequence's last key
+            const int64_t page = pages[n0 >> page_shift], in_page = n0 & (p.page_size - 1);
+            k_tile += page * p.k_batch_stride + in_page * p.k_row_stride;
+            v_tile += page * p.v_batch_stride + in_page * p.v_row_stride;
+        } else {
+            k_tile += (int64_t)n0 * p.k_row_stride;
+            v_tile += (int64_t)n0 * p.v_row_stride;
+        }
         if (n0 + BLOCK_N <= seqlen_k) {
             tile_copy.template issue<BLOCK_N, true>(k_saddr + off, k_tile, p.k_row_stride, BLOCK_N);
             tile_copy.template issue<BLOCK_N, true>(v_saddr + off, v_tile, p.v_row_stride, BLOCK_N);
