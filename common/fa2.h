@@ -88,7 +88,7 @@ typedef struct {
 
     /* ---- a KV cache: per-sequence lengths and pages (both optional; zeroed params
      * use neither). Memory as the other tensors': the GPU's for a GPU step, the
-     * host's for step 00. Only steps that say so take them (step 00 so far); the
+     * host's for step 00. Only steps that say so take them (steps 00 and 13); the
      * others refuse them in one line (fa2_refuse_kv_cache in validate.h). ---- */
 
     /* int32 [batch]: sequence b has seqlens_k[b] keys, 0 .. seqlen_k, its first ones;

@@ -39,6 +39,13 @@
  *    64 or 96 KB of K and V in flight; sweep.sh, run 51), else what a 99 KB block
  *    holds (3 stages of 128 keys at d64, 2 of 64 at d128).
  *
+ * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
+ *    read by each block for its own sequence: its key tiles, causal shift and tail) and
+ *    K and V in pages through a block table (a key tile within one page is looked up
+ *    once; pages of fewer keys than a tile, row by row, once for K and V). The split count
+ *    still comes from seqlen_k, the longest a sequence may be, so a short sequence's
+ *    blocks finish early.
+ *
  * What stays from step 07: the swizzle, ldmatrix, the cp.async pipeline (one
  * barrier per key tile; at 2 stages it is step 07's double buffer), the unmasked
  * loop body for tiles that need no mask, and the pairwise row reductions. What
@@ -249,6 +256,35 @@ struct TileCopy {
             row_src += ROWS_PER_PASS * row_stride;
         }
     }
+
+    // The K and V copies of a tile that crosses pages (fa2.h's paged K and V, pages of
+    // fewer keys than a tile): row r is key key0 + r of the sequence, in page
+    // pages[(key0 + r) >> page_shift] of each pool, at row (key0 + r) & page_mask of it.
+    // Each pass looks its row's page up once for K and V; rows from valid_rows on are
+    // zero-filled, and their block-table entries, which may lie past the sequence's
+    // pages, are never read.
+    template <int ROWS>
+    __device__ __forceinline__ void issue_paged(uint32_t k_tile_saddr, uint32_t v_tile_saddr, const uint16_t *k_pool,
+                                                const uint16_t *v_pool, const int32_t *pages, int key0, int page_shift,
+                                                const fa2_params &p, int valid_rows) const
+    {
+        static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
+        const int page_mask = (1 << page_shift) - 1;
+#pragma unroll
+        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+            const uint32_t dst_off = smem_off + pass * ROWS_PER_PASS * D * 2;
+            const int row = row0 + pass * ROWS_PER_PASS, key = key0 + row;
+            const bool valid = row < valid_rows;
+            const uint16_t *k_src = k_pool + col, *v_src = v_pool + col;
+            if (valid) {
+                const int64_t page = pages[key >> page_shift], in_page = key & page_mask;
+                k_src += page * p.k_batch_stride + in_page * p.k_row_stride;
+                v_src += page * p.v_batch_stride + in_page * p.v_row_stride;
+            }
+            cp_async_16(k_tile_saddr + dst_off, k_src, valid);  // src-size 0 reads nothing
+            cp_async_16(v_tile_saddr + dst_off, v_src, valid);
+        }
+    }
 };
 
 // ---- packed rows ---------------------------------------------------------------
@@ -324,16 +360,23 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     const int r0 = m_block * BLOCK_M;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
-    const int shift = p.seqlen_k - p.seqlen_q;  // causal: query row i sees keys j <= i + shift
+    // This sequence's keys (fa2.h: its own length where seqlens_k is given, else seqlen_k).
+    const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
+    const int shift = seqlen_k - p.seqlen_q;  // causal: query row i sees keys j <= i + shift
     const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
 
-    const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + h_kv * p.k_head_stride;
-    const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + h_kv * p.v_head_stride;
+    // Dense K and V: this sequence's rows. Paged: the pools, the head's column of every
+    // page, and the sequence's row of the block table.
+    const int64_t kv_batch = p.block_table ? 0 : b;
+    const uint16_t *k = (const uint16_t *)p.k + kv_batch * p.k_batch_stride + h_kv * p.k_head_stride;
+    const uint16_t *v = (const uint16_t *)p.v + kv_batch * p.v_batch_stride + h_kv * p.v_head_stride;
+    const int32_t *pages = p.block_table ? p.block_table + b * p.block_table_batch_stride : nullptr;
+    const int page_shift = p.block_table ? __ffs(p.page_size) - 1 : 0;  // page_size is a power of two (fa2.h)
 
     // The block's key tiles: those its last query row sees (causal), cut into
     // `splits` ranges of whole tiles; the last ranges may be empty.
     const int first_query = r0 / group, last_query = min(rows - 1, r0 + BLOCK_M - 1) / group;
-    const int key_end = p.causal ? min(p.seqlen_k, max(0, last_query + 1 + shift)) : p.seqlen_k;
+    const int key_end = p.causal ? min(seqlen_k, max(0, last_query + 1 + shift)) : seqlen_k;
     const int n_tiles = (key_end + BLOCK_N - 1) / BLOCK_N;
     const int tiles_per_split = (n_tiles + splits - 1) / splits;
     const int tile_lo = min(n_tiles, split * tiles_per_split), tile_hi = min(n_tiles, tile_lo + tiles_per_split);
@@ -351,18 +394,32 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
         cp_async_16(q_saddr + swizzled_offset<D>(row, col), src, valid);
     }
     // Key tile nn's K and V into its stage, nn % STAGES. Only the seqlen_k tail has rows
-    // to zero-fill; full tiles skip the per-row checks.
+    // to zero-fill; full tiles skip the per-row checks. Paged K and V: a tile within one
+    // page (pages of at least a tile's keys: both powers of two, so tiles never straddle
+    // one) is the dense copy from that page, looked up once; smaller pages, row by row.
     const TileCopy<D, THREADS> tile_copy;
     auto issue_tile = [&](const int nn) {
         const int n0 = nn * BLOCK_N;
         const uint32_t off = nn % STAGES * L::STAGE_BYTES;
-        const uint16_t *k_tile = k + (int64_t)n0 * p.k_row_stride, *v_tile = v + (int64_t)n0 * p.v_row_stride;
-        if (n0 + BLOCK_N <= p.seqlen_k) {
+        if (pages && p.page_size < BLOCK_N) {
+            tile_copy.template issue_paged<BLOCK_N>(k_saddr + off, v_saddr + off, k, v, pages, n0, page_shift, p, seqlen_k - n0);
+            return;
+        }
+        const uint16_t *k_tile = k, *v_tile = v;
+        if (pages) {  // n0 < seqlen_k: the block's tiles end at its sequence's last key
+            const int64_t page = pages[n0 >> page_shift], in_page = n0 & (p.page_size - 1);
+            k_tile += page * p.k_batch_stride + in_page * p.k_row_stride;
+            v_tile += page * p.v_batch_stride + in_page * p.v_row_stride;
+        } else {
+            k_tile += (int64_t)n0 * p.k_row_stride;
+            v_tile += (int64_t)n0 * p.v_row_stride;
+        }
+        if (n0 + BLOCK_N <= seqlen_k) {
             tile_copy.template issue<BLOCK_N, true>(k_saddr + off, k_tile, p.k_row_stride, BLOCK_N);
             tile_copy.template issue<BLOCK_N, true>(v_saddr + off, v_tile, p.v_row_stride, BLOCK_N);
         } else {
-            tile_copy.template issue<BLOCK_N, false>(k_saddr + off, k_tile, p.k_row_stride, p.seqlen_k - n0);
-            tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v_tile, p.v_row_stride, p.seqlen_k - n0);
+            tile_copy.template issue<BLOCK_N, false>(k_saddr + off, k_tile, p.k_row_stride, seqlen_k - n0);
+            tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v_tile, p.v_row_stride, seqlen_k - n0);
         }
     };
     // The first STAGES - 1 tiles, one commit group each (Q joins the first); each key
@@ -442,7 +499,7 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = n0 + warp * WARP_KEYS + nt * MMA_N + 2 * t + (e & 1);
-                    if (key >= p.seqlen_k || (p.causal && key > row_query[e / 2] + shift)) s_acc[nt][e] = -INFINITY;
+                    if (key >= seqlen_k || (p.causal && key > row_query[e / 2] + shift)) s_acc[nt][e] = -INFINITY;
                 }
         }
 
@@ -495,7 +552,7 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
 
     // Tiles from first_masked on cross the diagonal (causal: some key is past the
     // first row's last visible key) or hold the seqlen_k tail.
-    int first_masked = p.seqlen_k / BLOCK_N;
+    int first_masked = seqlen_k / BLOCK_N;
     if (p.causal) first_masked = min(first_masked, max(0, (first_query + shift + 1) / BLOCK_N));
     first_masked = min(max(first_masked, tile_lo), tile_hi);
     for (int nb = tile_lo; nb < first_masked; nb++) key_tile(nb, std::false_type{});
@@ -640,7 +697,7 @@ extern "C" size_t fa2_workspace_size(const fa2_params *p)
 {
     // Params the ABI refuses need none (fa2_supports says why); the checks also keep the
     // products below inside int64 and the group (heads_q / heads_kv) at least 1.
-    if (!fa2_validate_params(p, NULL, 0) || !fa2_refuse_kv_cache(p, NULL, 0)) return 0;
+    if (!fa2_validate_params(p, NULL, 0)) return 0;
     const int splits = max_splits(p);
     return splits > 1 ? (size_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * sizeof(float) : 0;
 }
@@ -774,7 +831,8 @@ static int launch(const fa2_params *p, void *stream)
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
-    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
+    // A KV cache (per-sequence lengths, pages) is taken: fa2_validate_params checks its fields.
+    if (!fa2_validate_params(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
         return 0;
