@@ -25,7 +25,7 @@ static const char *usage_text =
     "  --page-size N      K and V in pages of N keys (16 to 256, a power of two), shuffled\n"
     "                     through the pool by --seed, every row no sequence owns NaN (step 00 so far)\n"
     "  --backward         also the backward: dQ, dK, dV checked against fp64 (given the\n"
-    "                     step's O), then timed on a second line (step 00 only so far)\n"
+    "                     step's O), then timed on a second line (steps 00 and 14)\n"
     "  --dtype T          fp16 | bf16                               (default fp16)\n"
     "  --seed N           input seed                                (default 1)\n"
     "  --scale X          scales Q and K; larger makes the softmax peaky (default 1)\n"

@@ -179,7 +179,7 @@ typedef struct {
 } fa2_bwd_params;
 
 /* A step with a backward exports these three, as fa2_forward, fa2_supports and
- * fa2_workspace_size (step 00 so far). */
+ * fa2_workspace_size (steps 00 and 14). */
 int fa2_backward(const fa2_bwd_params *p, void *stream);
 int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t why_len);
 size_t fa2_backward_workspace_size(const fa2_bwd_params *p);

@@ -84,6 +84,6 @@ fig.suptitle(f"step 11's skewed key loop, one block over {tiles} key tiles: each
              "the softmax of S_n while P_(n-1) V_(n-1) is still on the tensor cores, then waits for it (wait_group 0). "
              f"Prologue: S_0 alone; epilogue: the last P V alone.\nTensor cores busy {busy} of {end} ns "
              f"({100 * busy / end:.0f}%).  A model computed by build/scratch/ws_schedule --step 11 (the kernel's issue "
-             f"order): one product {product} ns (the measured wgmma ceiling), softmax {softmax} ns (calibrated to step "
-             "10's measured time)", fontsize=9, y=1.02)
+             f"order): one product {product} ns (the wgmma ceiling measured on an H200), softmax {softmax} ns (calibrated to step "
+             "10's time measured there)", fontsize=9, y=1.02)
 save(fig, sys.argv[2])

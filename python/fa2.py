@@ -22,6 +22,25 @@ dense, in the dtype; LSE, returned with return_lse, is not differentiable. Elsew
 is the plain forward, with no autograd in its path.
     o = fa2.attention(q.requires_grad_(), k, v, causal=True, step="00")   # CPU tensors
     (o * w).sum().backward()                                              # q.grad from step 00
+
+A KV cache, with flash_attn_with_kvcache's argument names and layouts (fa2.h's seqlens_k and
+block_table):
+    o = fa2.attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=lens, block_table=table,
+                                   causal=True, step="00")
+q as above; k_cache and v_cache [batch, seqlen_cache, heads_kv, head_dim], or, given block_table
+(int32 [batch, max_blocks_per_seq]: sequence b's pages in order), page pools [num_blocks,
+page_block_size, heads_kv, head_dim] with page_block_size a power of two from 16 to 256;
+cache_seqlens an int32 tensor [batch] or an int (every sequence that long): sequence b attends
+to its first cache_seqlens[b] keys, at most the capacity (seqlen_cache, or max_blocks_per_seq x
+page_block_size, every key of it when cache_seqlens is None). Causal is bottom-right within each
+sequence; a sequence of 0 keys gives O = 0 and LSE = -inf. Step 00 computes it; for it the call
+first reads the lengths and the table entries they reach (each bad one a ValueError); for a GPU
+step it does not (that would wait for the stream), so a length past the capacity or a page
+outside the pool is the caller's error there, as in fa2.h. The GPU steps refuse a KV cache
+with their reason so far (the default, step 13, until its kernel reads pages); without
+cache_seqlens and block_table the call is attention()'s. Forward only: where grad mode is on and
+q, k_cache or v_cache requires grad it raises ValueError rather than return an O that gradients
+would silently not flow through (call it under torch.no_grad() or torch.inference_mode()).
 Needs only ctypes and torch; the libraries come from `make all` (build/stepNN/libfa2.so).
 """
 import ctypes
@@ -150,8 +169,35 @@ def _set_strides(p, prefix, t):
     setattr(p, f"{prefix}_head_stride", head_stride)
 
 
-def _params(q, k, v, o, lse, causal, scale):
-    """Fa2Params for checked tensors (lse None: not wanted); the workspace is left for the caller."""
+def _check_device(s, name, t, q):
+    """t on q's device, the one step s computes on."""
+    if (t.device.type == "cuda") != s.runs_on_gpu or t.device != q.device:
+        where = "one CUDA device" if s.runs_on_gpu else "the CPU"
+        raise ValueError(f"{name} on {t.device} (allowed: {where}, for step {s.name})")
+
+
+def _checked_inputs(s, named):
+    """The (name, tensor, layout) triples, q first: each a 4-D fp16 or bf16 tensor of q's dtype on
+    step s's device, returned with head_dim contiguous (copied where it is not: the ABI has no
+    stride for it)."""
+    import torch
+
+    q = named[0][1]
+    names = ", ".join(name for name, _, _ in named)
+    for name, t, layout in named:
+        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+            raise ValueError(f"{name}: a 4-D torch tensor {layout} is required")
+        if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
+            raise ValueError(f"{name} dtype {t.dtype} (allowed: float16 or bfloat16, the same for {names})")
+        _check_device(s, name, t, q)
+    return tuple(t if t.stride(-1) == 1 else t.contiguous() for _, t, _ in named)
+
+
+def _params(q, k, v, o, lse, causal, scale, seqlens_k=None, block_table=None):
+    """Fa2Params for checked tensors (lse None: not wanted); the workspace is left for the caller.
+    A KV cache (fa2.h), checked: seqlens_k int32 [batch], and with block_table int32 [batch,
+    max_pages] k and v are page pools [num_pages, page_size, heads_kv, head_dim] whose batch
+    stride is the page's; seqlen_k is then the capacity, max_pages x page_size."""
     import torch
 
     batch, seqlen_q, heads_q, head_dim = q.shape
@@ -165,6 +211,14 @@ def _params(q, k, v, o, lse, causal, scale):
     p.softmax_scale = head_dim ** -0.5 if scale is None else scale
     p.causal = int(bool(causal))
     p.dtype = 0 if q.dtype == torch.float16 else 1
+    if seqlens_k is not None:
+        p.seqlens_k = seqlens_k.data_ptr()
+    if block_table is not None:
+        p.block_table = block_table.data_ptr()
+        p.max_pages, p.page_size, p.num_pages = block_table.shape[1], k.shape[1], k.shape[0]
+        # one row: its stride is never stepped over (torch may leave any value there, as _strides says)
+        p.block_table_batch_stride = block_table.stride(0) if batch > 1 else p.max_pages
+        p.seqlen_k = p.max_pages * p.page_size
     return p
 
 
@@ -174,14 +228,14 @@ def _stream(s, device):
     return torch.cuda.current_stream(device).cuda_stream if s.runs_on_gpu else 0
 
 
-def _forward(s, q, k, v, causal, scale, return_lse):
-    """O, and LSE where return_lse (else None), from step s on checked tensors."""
+def _forward(s, q, k, v, causal, scale, return_lse, seqlens_k=None, block_table=None):
+    """O, and LSE where return_lse (else None), from step s on checked tensors (and KV cache)."""
     import torch
 
     batch, seqlen_q, heads_q, _ = q.shape
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=q.device) if return_lse else None
-    p = _params(q, k, v, o, lse, causal, scale)
+    p = _params(q, k, v, o, lse, causal, scale, seqlens_k, block_table)
     # The step's scratch (split-KV partial results), from torch's caching allocator on the
     # current stream: reused memory after the first call, and safe across streams.
     need = s.workspace_size(p)
@@ -255,15 +309,8 @@ def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False, ba
     import torch
 
     s = step_library(step)
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            raise ValueError(f"{name}: a 4-D torch tensor [batch, seqlen, heads, head_dim] is required")
-        if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
-            raise ValueError(f"{name} dtype {t.dtype} (allowed: float16 or bfloat16, the same for q, k, v)")
-        if (t.device.type == "cuda") != s.runs_on_gpu or t.device != q.device:
-            where = "one CUDA device" if s.runs_on_gpu else "the CPU"
-            raise ValueError(f"{name} on {t.device} (allowed: {where}, for step {s.name})")
-    q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+    layout = "[batch, seqlen, heads, head_dim]"
+    q, k, v = _checked_inputs(s, (("q", q, layout), ("k", k, layout), ("v", v, layout)))
     batch, seqlen_q, heads_q, head_dim = q.shape
     if k.shape != v.shape or k.shape[0] != batch or k.shape[3] != head_dim:
         raise ValueError(f"k {tuple(k.shape)}, v {tuple(v.shape)} for q {tuple(q.shape)} "
@@ -273,4 +320,102 @@ def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False, ba
         o, lse = _attention_function().apply(q, k, v, causal, scale, s, bs)
         return (o, lse) if return_lse else o
     o, lse = _forward(s, q, k, v, causal, scale, return_lse)
+    return (o, lse) if return_lse else o
+
+
+def _cache_seqlens(s, cache_seqlens, q, capacity, what):
+    """cache_seqlens as an int32 tensor [batch] on q's device, or None (every sequence capacity
+    keys long); an int gives every sequence that many keys."""
+    import numbers
+
+    import torch
+
+    batch = q.shape[0]
+    if cache_seqlens is None:
+        return None
+    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
+        if not 0 <= cache_seqlens <= capacity:
+            raise ValueError(f"cache_seqlens {cache_seqlens} (allowed: 0 to {capacity}, {what})")
+        return torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
+    if not isinstance(cache_seqlens, torch.Tensor):
+        raise ValueError(f"cache_seqlens {cache_seqlens!r} (allowed: None, an int, or an int32 tensor [batch])")
+    if cache_seqlens.dtype != torch.int32:
+        raise ValueError(f"cache_seqlens dtype {cache_seqlens.dtype} (allowed: torch.int32, a key count per sequence)")
+    if tuple(cache_seqlens.shape) != (batch,):
+        raise ValueError(f"cache_seqlens {tuple(cache_seqlens.shape)} for q {tuple(q.shape)} "
+                         f"(allowed: [batch] = ({batch},), a key count per sequence)")
+    _check_device(s, "cache_seqlens", cache_seqlens, q)
+    return cache_seqlens if cache_seqlens.stride(0) == 1 else cache_seqlens.contiguous()
+
+
+def _block_table(s, block_table, q, k_cache):
+    """block_table checked against q and the page pool k_cache, as an int32 tensor [batch,
+    max_pages] whose rows are max_pages or more elements apart (copied where they are not)."""
+    import torch
+
+    if not isinstance(block_table, torch.Tensor):
+        raise ValueError(f"block_table {block_table!r} (allowed: None, or an int32 tensor [batch, max_blocks_per_seq])")
+    if block_table.dtype != torch.int32:
+        raise ValueError(f"block_table dtype {block_table.dtype} (allowed: torch.int32, indices of pages of k_cache)")
+    if block_table.dim() != 2 or block_table.shape[0] != q.shape[0] or block_table.shape[1] < 1:
+        raise ValueError(f"block_table {tuple(block_table.shape)} for q {tuple(q.shape)} "
+                         "(allowed: [batch, max_blocks_per_seq], q's batch, at least one entry per sequence)")
+    _check_device(s, "block_table", block_table, q)
+    if block_table.stride(1) != 1 or (block_table.shape[0] > 1 and block_table.stride(0) < block_table.shape[1]):
+        block_table = block_table.contiguous()  # e.g. one row expanded over the batch (stride 0)
+    return block_table
+
+
+def _check_cache_values(seqlens, block_table, batch, capacity, what, k_cache):
+    """The lengths and the table entries the keys reach, read on the host: a length past the
+    capacity or a page outside the pool (fa2.h leaves both to the caller; step 00 would refuse
+    them with no reason), each in one line naming the entry."""
+    lens = seqlens.tolist() if seqlens is not None else [capacity] * batch
+    for b, n in enumerate(lens):
+        if not 0 <= n <= capacity:
+            raise ValueError(f"cache_seqlens[{b}] = {n} (allowed: 0 to {capacity}, {what})")
+    if block_table is None:
+        return
+    num_pages, page_size = k_cache.shape[:2]
+    for b, n in enumerate(lens):
+        reached = block_table[b, :(n + page_size - 1) // page_size]
+        bad = ((reached < 0) | (reached >= num_pages)).nonzero()
+        if bad.numel():
+            e = int(bad[0, 0])
+            raise ValueError(f"block_table[{b}][{e}] = {int(reached[e])} (allowed: 0 to {num_pages - 1}, a page of "
+                             f"k_cache and v_cache, in every entry sequence {b}'s {n} keys reach)")
+
+
+def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False, scale=None,
+                           step="13", return_lse=False):
+    """softmax(scale q k^T) v over a KV cache, each sequence to its own length, K and V dense or in
+    pages through block_table (see the module's text; the names as flash_attn_with_kvcache's)."""
+    import torch
+
+    s = step_library(step)
+    paged = block_table is not None
+    layout = ("[num_blocks, page_block_size, heads_kv, head_dim] (a block_table given)" if paged
+              else "[batch, seqlen_cache, heads_kv, head_dim] (no block_table)")
+    named = (("q", q, "[batch, seqlen_q, heads_q, head_dim]"), ("k_cache", k_cache, layout),
+             ("v_cache", v_cache, layout))
+    q, k_cache, v_cache = _checked_inputs(s, named)
+    if torch.is_grad_enabled() and any(t.requires_grad for _, t, _ in named):
+        name = next(name for name, t, _ in named if t.requires_grad)
+        raise ValueError(f"{name} requires grad (allowed: no autograd, as no step has a backward over a KV cache: "
+                         "call it under torch.no_grad() or torch.inference_mode(), or pass detached tensors)")
+    batch, _, _, head_dim = q.shape
+    if k_cache.shape != v_cache.shape or k_cache.shape[3] != head_dim or (not paged and k_cache.shape[0] != batch):
+        same = "head_dim" if paged else "batch and head_dim"
+        raise ValueError(f"k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)} for q {tuple(q.shape)} "
+                         f"(allowed: k_cache and v_cache {layout}, with q's {same})")
+    if paged:
+        block_table = _block_table(s, block_table, q, k_cache)
+        capacity = block_table.shape[1] * k_cache.shape[1]
+        what = f"block_table's {block_table.shape[1]} entries of {k_cache.shape[1]}-key pages"
+    else:
+        capacity, what = k_cache.shape[1], "k_cache's seqlen_cache"
+    seqlens = _cache_seqlens(s, cache_seqlens, q, capacity, what)
+    if not s.runs_on_gpu:  # on the GPU, reading them would wait for the stream: the caller's (fa2.h)
+        _check_cache_values(seqlens, block_table, batch, capacity, what, k_cache)
+    o, lse = _forward(s, q, k_cache, v_cache, causal, scale, return_lse, seqlens, block_table)
     return (o, lse) if return_lse else o

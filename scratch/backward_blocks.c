@@ -163,6 +163,17 @@ static double workspace_bytes(const shape *s, const walk *w, int deterministic)
 
 /* ---- output ---- */
 
+/* Bytes in MB below 1e9, else GB, 4 significant digits, into a static buffer of one of two slots. */
+static const char *size_of(double bytes)
+{
+    static char buf[2][32];
+    static int slot;
+    slot ^= 1;
+    if (bytes < 1e9) snprintf(buf[slot], sizeof buf[slot], "%.4g MB", bytes / 1e6);
+    else snprintf(buf[slot], sizeof buf[slot], "%.4g GB", bytes / 1e9);
+    return buf[slot];
+}
+
 typedef struct {
     const walk *w;
     int head;
@@ -262,10 +273,10 @@ static void print_text(const shape *s, const walk *w)
            steps_all, masked, (double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N, (double)visible,
            100.0 * visible / ((double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N + (steps_all == 0)));
     printf("  FLOPs: %.4g on the tensor cores; the harness counts 2.5 forwards = %.4g\n", tile_flops, harness_flops);
-    printf("  dQ: %.4g MB of fp32 added by atomics (or stored as partials), for a dQ of %.4g MB in the dtype\n",
-           dq_bytes / 1e6, (double)s->batch * s->heads * s->seqlen_q * s->dim * ELEM_BYTES / 1e6);
-    printf("  workspace (fa2_backward_workspace_size): %.4g MB; with FA2_DETERMINISTIC=1, %d partials: %.4g MB\n",
-           workspace_bytes(s, w, 0) / 1e6, w->k_blocks, workspace_bytes(s, w, 1) / 1e6);
+    printf("  dQ: %s of fp32 added by atomics (or stored as partials), for a dQ of %s in the dtype\n",
+           size_of(dq_bytes), size_of((double)s->batch * s->heads * s->seqlen_q * s->dim * ELEM_BYTES));
+    printf("  workspace (fa2_backward_workspace_size): %s; with FA2_DETERMINISTIC=1, %d partials: %s\n",
+           size_of(workspace_bytes(s, w, 0)), w->k_blocks, size_of(workspace_bytes(s, w, 1)));
 }
 
 static void print_csv(const shape *s, const walk *w)

@@ -45,21 +45,21 @@ typedef struct {
     item items[MAX_ITEMS];
 } schedule;
 
-/* takes_many_items_config: !causal && 128-row items > SMs; then d64 has 3 consumers */
+/* many_items(): !causal && 128-row items > SMs; then d64 has 3 consumers (ManyItemsConfig) */
 static int consumers_of(const shape *s)
 {
     long items128 = (long)((s->seqlen + 2 * WG_M - 1) / (2 * WG_M)) * s->heads * s->batch;
     return !s->causal && items128 > s->sms && s->dim == 64 ? 3 : 2;
 }
 
-/* TileScheduler::item's n_blocks (seqlen_q = seqlen_k here: shift 0) */
+/* the WorkItem's n_blocks, as TileScheduler::next computes it (seqlen_q = seqlen_k here: shift 0) */
 static int key_tiles_of(const shape *s, int block_m, int m_block)
 {
     int m0 = m_block * block_m, key_end = s->causal ? (m0 + block_m < s->seqlen ? m0 + block_m : s->seqlen) : s->seqlen;
     return (key_end + BLOCK_N - 1) / BLOCK_N;
 }
 
-/* TileScheduler and for_each_item, block by block */
+/* TileScheduler::next, called until it returns false, block by block */
 static void build(schedule *sc, const shape *s)
 {
     sc->block_m = consumers_of(s) * WG_M;

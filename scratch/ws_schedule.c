@@ -5,22 +5,31 @@
  * barriers, take turns at the tensor cores through named barriers, wait for their products
  * (wgmma.wait_group), run the softmax and release the stages on the empty barriers.
  *
- * The protocol is the kernels' (steps/10_warp_specialized/kernel.cu, produce() and consume();
- * steps/11_intra_warpgroup_overlap/kernel.cu, consume()), written out below as one list of
- * operations per thread in the kernels' order; the durations are parameters:
+ * The protocol is the kernels' (the producer branch, `if (threadIdx.x < WARPGROUP)`, and the
+ * consumers' key loop, key_tile, of steps/10_warp_specialized/kernel.cu and
+ * steps/11_intra_warpgroup_overlap/kernel.cu), written out below as one list of operations per
+ * thread in the kernels' order. The two steps' barriers differ:
+ *  - step 10: one full and one empty barrier per stage for K and V together (kv_full,
+ *    kv_empty). load_kv issues K and V of a tile onto the stage's kv_full; a consumer waits on
+ *    it before S_n and arrives on kv_empty once P_n V_n, its last product reading the stage, is
+ *    done; the producer waits on kv_empty before it refills the stage with both tiles.
+ *  - step 11: a full and an empty barrier each for K and for V (k_full, v_full, k_empty,
+ *    v_empty): K_n is released after S_n, V_{n-1} after P_{n-1} V_{n-1}, a softmax later, and
+ *    the producer refills each as soon as its own release comes.
+ * The durations are parameters:
  *
  *  - qk_ns, pv_ns: one consumer's S = Q K^T (m64n128k16 x D/16) and O += P V (m64nDk16 x 8)
- *    at the tensor cores' full rate. MEASURED basis: the wgmma ceiling of an H100 80GB HBM3,
- *    976.0 TFLOP/s fp16 (results/2026-11-24-h100-r18/ceiling-nvidia-h100-80gb-hbm3-2026-11-24.csv),
- *    over its 132 SMs: 2 x 64 x 128 x 128 FLOP / (976.0e12 / 132) = 284 ns at d128.
+ *    at the tensor cores' full rate. MEASURED basis: the wgmma ceiling of an NVIDIA H200,
+ *    964.1 TFLOP/s fp16 (results/2026-11-24-h200-r19/ceiling-nvidia-h200-2026-11-24.csv),
+ *    over its 132 SMs: 2 x 64 x 128 x 128 FLOP / (964.1e12 / 132) = 287 ns at d128.
  *  - softmax_ns: everything a consumer does between its products besides waiting (masking,
  *    the row max and sum, exp2 on the MUFU, the rescale of O, packing P). CALIBRATED: the
  *    value for which this model's step 10 block of 32 key tiles takes the measured time per
- *    block at B4 H16 N4096 d128 fp16 non-causal: 0.94926 ms (median of the three rounds'
- *    medians, 0.94859 / 0.94926 / 0.95262 ms, results/2026-11-24-h100-r18/
- *    compare-nvidia-h100-80gb-hbm3-2026-11-24.csv) over 16 waves of blocks (2048 blocks of
- *    128 rows, one per SM on 132 SMs) = 59,329 ns per block. It therefore also absorbs the
- *    block's start, its epilogue and whatever else the model leaves out.
+ *    block at B4 H16 N4096 d128 fp16 non-causal on the same H200: 0.95677 ms (median of the
+ *    three rounds' medians, 0.95712 / 0.95677 / 0.95603 ms, results/2026-11-24-h200-r19/
+ *    compare-nvidia-h200-2026-11-24.csv) over 16 waves of blocks (2048 blocks of 128 rows,
+ *    one per SM on 132 SMs) = 59,798 ns per block. It therefore also absorbs the block's
+ *    start, its epilogue and whatever else the model leaves out.
  *  - copy_ns: from a TMA issue to its mbarrier's completion. ASSUMPTION (not measured): 1000 ns,
  *    for every tile alike and with no limit on copies in flight (the producer runs STAGES tiles
  *    ahead; at this shape the copies are not what the consumers wait for).
@@ -36,19 +45,21 @@
 static const char usage[] =
     "usage: ws_schedule [--step 10|11] [--tiles N] [--qk-ns T] [--pv-ns T] [--softmax-ns T] [--copy-ns T]\n"
     "                   [--format text|csv] [--check]\n"
-    "Walks the protocol of one block of step 10 (producer, 2 consumers that take turns, S_n, softmax, P_n V_n)\n"
-    "or step 11 (S_n and P_{n-1} V_{n-1} in one turn, the softmax of S_n while P_{n-1} V_{n-1} runs) over\n"
-    "N key tiles, and prints each thread's operations in order and when each happens (ns).\n"
+    "Walks the protocol of one block of step 10 (producer, 2 consumers that take turns, S_n, softmax, P_n V_n;\n"
+    "K and V of a stage on one full and one empty barrier) or step 11 (S_n and P_{n-1} V_{n-1} in one turn,\n"
+    "the softmax of S_n while P_{n-1} V_{n-1} runs; K and V on barriers of their own) over N key tiles, and\n"
+    "prints each thread's operations in order and when each happens (ns).\n"
     "  --step        10 (default) or 11\n"
     "  --tiles       key tiles of the block, 1 to 64 (default 4; the calibration uses 32)\n"
-    "  --qk-ns       one consumer's S = Q K^T (default 284: the wgmma ceiling's rate, d128)\n"
-    "  --pv-ns       one consumer's O += P V (default 284)\n"
+    "  --qk-ns       one consumer's S = Q K^T (default 287: the wgmma ceiling's rate, d128)\n"
+    "  --pv-ns       one consumer's O += P V (default 287)\n"
     "  --softmax-ns  a consumer's softmax and other work per tile (default: calibrated so that step 10's\n"
-    "                block of 32 tiles takes the measured 59,329 ns; see the header of ws_schedule.c)\n"
+    "                block of 32 tiles takes the measured 59,798 ns; see the header of ws_schedule.c)\n"
     "  --copy-ns     a TMA copy, issue to landed (default 1000, an assumption)\n"
     "  --format csv: one line per interval or event for the figures (figures/):\n"
     "                lane,what,consumer,tile,stage,start_ns,end_ns,phase (phase: prologue, loop, epilogue\n"
-    "                or -; lanes: producer, Q, K stage s, V stage s, tensor cores, consumer c)\n"
+    "                or -; lanes: producer, Q, KV stage s (step 10) or K stage s and V stage s\n"
+    "                (step 11), tensor cores, consumer c)\n"
     "  --check       assert the schedule keeps the protocol (no stage refilled before both consumers\n"
     "                released it, no tile read before it landed, products one at a time in turn order),\n"
     "                the calibration, and (step 11) the softmax under the previous P V\n";
@@ -56,11 +67,11 @@ static const char usage[] =
 enum { CONSUMERS = 2, STAGES = 2, MAX_TILES = 64, CALIBRATION_TILES = 32 };
 enum { D = 128, BLOCK_N = 128, WG_M = 64 };
 
-/* The measured numbers (see the header), as integers. */
-#define WGMMA_TFLOPS 976.0     /* fp16 wgmma ceiling, H100 80GB HBM3 */
+/* The measured numbers (see the header), all of one run on an NVIDIA H200. */
+#define WGMMA_TFLOPS 964.1     /* fp16 wgmma ceiling */
 #define SMS 132
-#define STEP10_MS 0.94926      /* B4 H16 N4096 d128 fp16 non-causal, median of 3 rounds */
-#define STEP11_MS 0.88920
+#define STEP10_MS 0.95677      /* B4 H16 N4096 d128 fp16 non-causal, median of 3 rounds */
+#define STEP11_MS 0.83982
 enum { BENCH_BLOCKS = 4 * 16 * (4096 / (CONSUMERS * WG_M)), BENCH_WAVES = (BENCH_BLOCKS + SMS - 1) / SMS };
 
 static int product_ns(void) { return (int)(2.0 * WG_M * BLOCK_N * D / (WGMMA_TFLOPS * 1e12 / SMS) * 1e9 + 0.5); }
@@ -117,12 +128,19 @@ typedef struct {
 } sim;
 
 /* The barriers: q_full, then per key tile n its phase of k_full, v_full, k_empty, v_empty of
- * stage n % STAGES (one phase per tile that passes through the stage), then the turns. */
+ * stage n % STAGES (one phase per tile that passes through the stage), then the turns. Step 10
+ * has kv_full and kv_empty alone: its K and V share the phases of k_full and k_empty, and
+ * v_full and v_empty go unused. */
 static int q_full(void) { return 0; }
 static int k_full(int n) { return 1 + n; }
 static int v_full(int n) { return 1 + MAX_TILES + n; }
 static int k_empty(int n) { return 1 + 2 * MAX_TILES + n; }
 static int v_empty(int n) { return 1 + 3 * MAX_TILES + n; }
+static int kv_full(int n) { return k_full(n); }
+static int kv_empty(int n) { return k_empty(n); }
+/* The barrier a product of tile n waits for, and the one its release arrives on, by step. */
+static int full_of(int step, product pr, int n) { return step == 10 || pr == PROD_QK ? k_full(n) : v_full(n); }
+static int empty_of(int step, char tensor, int n) { return step == 10 || tensor == 'K' ? k_empty(n) : v_empty(n); }
 /* turn k of consumer c: the named barrier NB::TURN + c, completed by the previous consumer's
  * bar.arrive after it issued its product (turn_end), or before the loop for consumer 0's first */
 static int turn(int c, int k) { return 1 + 4 * MAX_TILES + c * MAX_TURNS + k; }
@@ -143,9 +161,23 @@ static op mk(op_kind kind, int event, int arg, int tile, int stage, phase ph, co
     return o;
 }
 
-/* produce(): Q, then per tile n the K and V of stage n % STAGES, each after the consumers
- * released that stage's previous tile (n >= STAGES). */
-static void build_producer(agent *a, int tiles)
+/* Step 10's producer: Q, then per tile n load_kv(n), K and V of stage n % STAGES onto the
+ * stage's kv_full, after the consumers released the stage's previous tile on kv_empty
+ * (n >= STAGES). */
+static void build_producer10(agent *a, int tiles)
+{
+    a->lane = "producer";
+    add_op(a, mk(OP_TMA, q_full(), 0, -1, -1, PH_NONE, "issue Q"));
+    for (int n = 0; n < tiles; n++) {
+        int s = n % STAGES;
+        if (n >= STAGES) add_op(a, mk(OP_WAIT, kv_empty(n - STAGES), 0, n - STAGES, s, PH_NONE, "wait kv_empty"));
+        add_op(a, mk(OP_TMA, kv_full(n), 0, n, s, PH_NONE, "issue KV"));
+    }
+}
+
+/* Step 11's producer: Q, then per tile n load() of K, then of V, into stage n % STAGES, each
+ * after the consumers released that tensor's previous tile in the stage (n >= STAGES). */
+static void build_producer11(agent *a, int tiles)
 {
     a->lane = "producer";
     add_op(a, mk(OP_TMA, q_full(), 0, -1, -1, PH_NONE, "issue Q"));
@@ -171,8 +203,8 @@ static void end_turn(agent *a, int c, int *k, int last, phase ph, int tile)
     (*k)++;
 }
 
-/* Step 10's consume(): per tile, S_n in one turn, wait, release K, softmax, P_n V_n in the
- * next turn, wait, release V. */
+/* Step 10's key_tile: per tile, wait for K and V (kv_full), S_n in one turn, wait, softmax,
+ * P_n V_n in the next turn, wait, release K and V (kv_empty). */
 static void build_consumer10(agent *a, int c, int tiles)
 {
     int k = 0;
@@ -180,23 +212,21 @@ static void build_consumer10(agent *a, int c, int tiles)
     if (c == CONSUMERS - 1) add_op(a, mk(OP_SIGNAL, turn(0, 0), 0, -1, -1, PH_PROLOGUE, "first turn to consumer 0"));
     for (int n = 0; n < tiles; n++) {
         int s = n % STAGES;
-        add_op(a, mk(OP_WAIT, k_full(n), 0, n, s, PH_LOOP, "wait k_full"));
+        add_op(a, mk(OP_WAIT, kv_full(n), 0, n, s, PH_LOOP, "wait kv_full"));
         add_turn(a, c, &k, 0, PH_LOOP, n);
         add_op(a, mk(OP_ISSUE, -1, PROD_QK, n, s, PH_LOOP, "issue S"));
         end_turn(a, c, &k, 0, PH_LOOP, n);
         add_op(a, mk(OP_WAIT_GROUP, -1, 0, n, s, PH_LOOP, "wait S"));
-        add_op(a, mk(OP_SIGNAL, k_empty(n), 0, n, s, PH_LOOP, "release K"));
         add_op(a, mk(OP_BUSY, -1, 0, n, s, PH_LOOP, "softmax"));
-        add_op(a, mk(OP_WAIT, v_full(n), 0, n, s, PH_LOOP, "wait v_full"));
         add_turn(a, c, &k, 0, PH_LOOP, n);
         add_op(a, mk(OP_ISSUE, -1, PROD_PV, n, s, PH_LOOP, "issue PV"));
         end_turn(a, c, &k, n == tiles - 1, PH_LOOP, n);
         add_op(a, mk(OP_WAIT_GROUP, -1, 0, n, s, PH_LOOP, "wait PV"));
-        add_op(a, mk(OP_SIGNAL, v_empty(n), 0, n, s, PH_LOOP, "release V"));
+        add_op(a, mk(OP_SIGNAL, kv_empty(n), 0, n, s, PH_LOOP, "release KV"));
     }
 }
 
-/* Step 11's consume(): S_0 alone; then per tile n >= 1 S_n and P_{n-1} V_{n-1} in one turn,
+/* Step 11's key loop: S_0 alone (the skew's prologue); then per tile n >= 1 S_n and P_{n-1} V_{n-1} in one turn,
  * wait_group 1 (S_n), release K, softmax of S_n, wait_group 0 (P_{n-1} V_{n-1}), release V;
  * the last P V alone. */
 static void build_consumer11(agent *a, int c, int tiles)
@@ -249,7 +279,8 @@ static void sim_init(sim *m, const params *p)
     m->p = *p;
     for (size_t i = 0; i < sizeof m->bars / sizeof *m->bars; i++) m->bars[i].expected = 1;
     for (int n = 0; n < MAX_TILES; n++) m->bars[k_empty(n)].expected = m->bars[v_empty(n)].expected = CONSUMERS;
-    build_producer(&m->agents[0], p->tiles);
+    if (p->step == 10) build_producer10(&m->agents[0], p->tiles);
+    else build_producer11(&m->agents[0], p->tiles);
     for (int c = 0; c < CONSUMERS; c++) {
         static char names[CONSUMERS][16];
         snprintf(names[c], sizeof names[c], "consumer %d", c);
@@ -287,7 +318,7 @@ static int step_agent(sim *m, int index)
             add_record(m, a->lane, o->what, -1, o->tile, o->stage, a->now, a->now, o->ph);
             char lane[24];
             if (o->tile < 0) snprintf(lane, sizeof lane, "Q");
-            else snprintf(lane, sizeof lane, "%c stage %d", o->what[6], o->stage);
+            else snprintf(lane, sizeof lane, "%s stage %d", o->what + 6, o->stage);
             add_record(m, lane, "in flight", -1, o->tile, o->stage, a->now, b->time, o->ph);
         } else if (o->kind == OP_ISSUE) {
             int dur = o->arg == PROD_QK ? m->p.qk_ns : m->p.pv_ns;
@@ -324,6 +355,12 @@ static int sim_run(sim *m)
     for (int i = 0; i < 1 + CONSUMERS; i++) m->finished &= m->agents[i].pc == m->agents[i].n_ops;
     for (int n = 0; n < m->p.tiles; n++) {
         char lane[24];
+        if (m->p.step == 10) {
+            snprintf(lane, sizeof lane, "KV stage %d", n % STAGES);
+            add_record(m, lane, "landed", -1, n, n % STAGES, m->bars[kv_full(n)].time, m->bars[kv_empty(n)].time,
+                       PH_NONE);
+            continue;
+        }
         snprintf(lane, sizeof lane, "K stage %d", n % STAGES);
         add_record(m, lane, "landed", -1, n, n % STAGES, m->bars[k_full(n)].time, m->bars[k_empty(n)].time, PH_NONE);
         snprintf(lane, sizeof lane, "V stage %d", n % STAGES);
@@ -373,7 +410,8 @@ static void print_program(const sim *m)
         for (int j = 0; j < a->n_ops; j++) {
             const op *o = &a->ops[j];
             int producer_tile = i == 0 && o->tile != tile && strcmp(o->what, "issue V") && strcmp(o->what, "wait v_empty");
-            if (j == 0 || o->ph != ph || (o->ph == PH_LOOP && strcmp(o->what, "wait k_full") == 0) || producer_tile) {
+            int loop_top = o->ph == PH_LOOP && (strcmp(o->what, "wait k_full") == 0 || strcmp(o->what, "wait kv_full") == 0);
+            if (j == 0 || o->ph != ph || loop_top || producer_tile) {
                 if (o->ph == PH_LOOP) printf("\n    iteration n = %d:", o->tile);
                 else if (o->ph != PH_NONE) printf("\n    %s:", phase_names[o->ph]);
                 else printf("\n   ");
@@ -458,16 +496,14 @@ static void check_schedule(int step)
     for (int i = 0; i < m.n_rec; i++) {
         const record *r = &m.rec[i];
         if (strcmp(r->lane, "producer") == 0 && r->tile >= STAGES && r->start == r->end) {
-            int released = r->what[6] == 'K' ? m.bars[k_empty(r->tile - STAGES)].time : m.bars[v_empty(r->tile - STAGES)].time;
-            refill_ok &= r->start >= released && done(&m.bars[r->what[6] == 'K' ? k_empty(r->tile - STAGES) : v_empty(r->tile - STAGES)]);
+            const barrier *released = &m.bars[empty_of(step, r->what[6], r->tile - STAGES)];
+            refill_ok &= r->start >= released->time && done(released);
         }
-        if (strcmp(r->lane, "tensor cores") == 0) {
-            int landed = r->what[0] == 'S' ? m.bars[k_full(r->tile)].time : m.bars[v_full(r->tile)].time;
-            read_ok &= r->start >= landed;
-        }
+        if (strcmp(r->lane, "tensor cores") == 0)
+            read_ok &= r->start >= m.bars[full_of(step, r->what[0] == 'S' ? PROD_QK : PROD_PV, r->tile)].time;
     }
     snprintf(name, sizeof name, "ws_schedule step %d: no K or V stage is refilled before both consumers released "
-             "its previous tile (empty barrier)", step);
+             "its previous tile (empty barrier%s)", step, step == 10 ? ", kv_empty" : "s, k_empty and v_empty");
     check(refill_ok, name, "a TMA issue comes before the stage's release");
     snprintf(name, sizeof name, "ws_schedule step %d: no product starts before its tile landed (full barrier)", step);
     check(read_ok, name, "a product runs on a tile still in flight");
@@ -493,7 +529,7 @@ static void check_schedule(int step)
         q.softmax_ns--;
         check(got >= want && block_ns(q) < want,
               "ws_schedule: the calibrated softmax is the smallest at which step 10's 32-tile block takes the measured "
-              "time per block (0.94926 ms / 16 waves)", "%d ns against %d", got, want);
+              "time per block (0.95677 ms / 16 waves)", "%d ns against %d", got, want);
     } else {
         /* in the loop, each softmax of S_n overlaps the consumer's own P_{n-1} V_{n-1} */
         int overlaps = 1, count = 0;
@@ -517,8 +553,8 @@ static void check_schedule(int step)
 
 static void run_checks(void)
 {
-    check(product_ns() == 284, "ws_schedule: one consumer's m64n128 x d128 product at the measured wgmma ceiling "
-          "(976.0 TFLOP/s over 132 SMs) is 284 ns", "%d ns", product_ns());
+    check(product_ns() == 287, "ws_schedule: one consumer's m64n128 x d128 product at the measured wgmma ceiling "
+          "(964.1 TFLOP/s over 132 SMs) is 287 ns", "%d ns", product_ns());
     check_schedule(10);
     check_schedule(11);
 }
@@ -551,9 +587,9 @@ int main(int argc, char **argv)
         print_csv(&m);
         return 0;
     }
-    printf("step %d's block, one producer and %d consumer warpgroups, %d stages of K and V, BLOCK_N = %d, d%d\n"
+    printf("step %d's block, one producer and %d consumer warpgroups, %d stages of K and V (%s), BLOCK_N = %d, d%d\n"
            "(a model: durations are parameters, see --help and the header of scratch/ws_schedule.c)\n\n",
-           p.step, CONSUMERS, STAGES, BLOCK_N, D);
+           p.step, CONSUMERS, STAGES, p.step == 10 ? "kv_full, kv_empty" : "k_full, v_full, k_empty, v_empty", BLOCK_N, D);
     print_program(&m);
     print_timeline(&m);
     print_summary(&m, end);
