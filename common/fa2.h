@@ -42,7 +42,7 @@
  * 4-byte aligned or overlapping an output). The values inside seqlens_k and
  * block_table lie in memory no check reads (the GPU's): a length past seqlen_k
  * or a page past num_pages is the caller's error, which step 00, reading them
- * on the host, refuses before it computes. Steps refuse more where their kernel
+ * on the host, refuses in fa2_supports, naming the entry. Steps refuse more where their kernel
  * needs it (head dims, 16-byte alignment of bases and strides, grid limits; a
  * step that needs a workspace, one smaller than fa2_workspace_size says, not
  * 16-byte aligned, or overlapping a tensor).

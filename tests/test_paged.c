@@ -137,7 +137,36 @@ static void run_case(const paged_case *c)
             snprintf(why, sizeof why, "rc %d: the check passed (nonfinite %ld): NaN in an unowned page did not reach O",
                      rc, ck.nonfinite);
             report(rc == 0 && !ck.pass && ck.nonfinite > 0, why, "step00 a table entry on an unowned page fails %s", name);
+
+            /* A page outside the pool is refused, in fa2_supports's one line naming the entry,
+             * and fa2_forward computes nothing (step 00 reads the table on the host). */
+            fa2_params step;
+            fa2_problem_step_params(&pr, &step);
+            step.o = o, step.lse = lse;
+            *entry = (int32_t)step.num_pages;
+            char refusal[256] = "";
+            const int supported = fa2_supports(&step, refusal, sizeof refusal);
+            const int rc_bad = run_step00(&pr, 1, o, lse);
+            *entry = kept;
+            snprintf(why, sizeof why, "fa2_supports %d (\"%s\"), fa2_forward %d", supported, refusal, rc_bad);
+            report(!supported && strstr(refusal, "block_table[") && rc_bad == FA2_ERR_UNSUPPORTED, why,
+                   "step00 refuses a table entry past the pool, naming it: %s", name);
         }
+    }
+    if (shape.seqlens_k) {
+        /* A length past seqlen_k, likewise. */
+        const int32_t kept = pr.seqlens_k[c->batch - 1];
+        pr.seqlens_k[c->batch - 1] = c->nk + 1;
+        fa2_params step;
+        fa2_problem_step_params(&pr, &step);
+        step.o = o, step.lse = lse;
+        char refusal[256] = "";
+        const int supported = fa2_supports(&step, refusal, sizeof refusal);
+        const int rc_bad = run_step00(&pr, 1, o, lse);
+        pr.seqlens_k[c->batch - 1] = kept;
+        snprintf(why, sizeof why, "fa2_supports %d (\"%s\"), fa2_forward %d", supported, refusal, rc_bad);
+        report(!supported && strstr(refusal, "seqlens_k[") && rc_bad == FA2_ERR_UNSUPPORTED, why,
+               "step00 refuses a length past seqlen_k, naming it: %s", name);
     }
     free(o), free(o_dense), free(lse), free(lse_dense);
     fa2_reference_free(&ref);

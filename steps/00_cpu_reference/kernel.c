@@ -58,18 +58,27 @@ static const uint16_t *kv_row(const fa2_params *p, const void *base, int64_t bs,
 #define V_ROW(p, b, t, h) kv_row(p, (p)->v, (p)->v_batch_stride, (p)->v_row_stride, (p)->v_head_stride, b, t, h)
 
 /* The values in the cache's arrays, which the ABI's checks cannot read (on a GPU
- * they are device memory); here they are the host's, so a length past seqlen_k or
- * a page outside the pool is refused before anything is read through it. Only
- * the entries a sequence's keys reach are read, so only those are checked. */
-static int kv_cache_values_ok(const fa2_params *p)
+ * they are device memory); here they are the host's, so fa2_supports refuses a
+ * length past seqlen_k or a page outside the pool, naming the entry, before anything
+ * is read through it. Only the entries a sequence's keys reach are read, so only
+ * those are checked. */
+static int kv_cache_values_ok(const fa2_params *p, char *why, size_t why_len)
 {
     for (int b = 0; b < p->batch; b++) {
         const long long n = seq_len_k(p, b);
-        if (n < 0 || n > p->seqlen_k) return 0;
+        if (n < 0 || n > p->seqlen_k) {
+            if (why) snprintf(why, why_len, "seqlens_k[%d] = %lld (allowed: 0 to seqlen_k = %d)", b, n, p->seqlen_k);
+            return 0;
+        }
         if (!p->block_table) continue;
         for (long long e = 0; e < (n + p->page_size - 1) / p->page_size; e++) {
             const int32_t page = p->block_table[b * p->block_table_batch_stride + e];
-            if (page < 0 || page >= p->num_pages) return 0;
+            if (page < 0 || page >= p->num_pages) {
+                if (why)
+                    snprintf(why, why_len, "block_table[%d][%lld] = %d (allowed: 0 to num_pages - 1 = %d: sequence %d's keys reach it)",
+                             b, e, page, p->num_pages - 1, b);
+                return 0;
+            }
         }
     }
     return 1;
@@ -197,7 +206,7 @@ static void forward_tile(const fa2_params *p, int splits, int b, int h, int m0, 
  * the CPU by the tests against splits = 1, which is fa2_forward. */
 int fa2_cpu_split_forward(const fa2_params *p, int splits)
 {
-    if (!fa2_supports(p, NULL, 0) || !kv_cache_values_ok(p) || splits < 1 || splits > MAX_SPLITS) return FA2_ERR_UNSUPPORTED;
+    if (!fa2_supports(p, NULL, 0) || splits < 1 || splits > MAX_SPLITS) return FA2_ERR_UNSUPPORTED;
     const int tiles = (p->seqlen_q + BLOCK_M - 1) / BLOCK_M;
     const long long work = (long long)p->batch * p->heads_q * tiles;
     int failed = 0;
@@ -232,7 +241,7 @@ int fa2_forward(const fa2_params *p, void *stream)
  * fp32 throughout, P not rounded: what the tiled loop must agree with. */
 int fa2_cpu_naive_forward(const fa2_params *p)
 {
-    if (!fa2_supports(p, NULL, 0) || !kv_cache_values_ok(p)) return FA2_ERR_UNSUPPORTED;
+    if (!fa2_supports(p, NULL, 0)) return FA2_ERR_UNSUPPORTED;
     const int d = p->head_dim, group = p->heads_q / p->heads_kv;
     float *s = malloc(sizeof(float) * (size_t)p->seqlen_k), *o = malloc(sizeof(float) * (size_t)d);
     if (!s || !o) {
@@ -388,7 +397,7 @@ int fa2_supports(const fa2_params *p, char *why, size_t why_len)
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 1 to %d)", p->head_dim, MAX_DIM);
         return 0;
     }
-    return 1;
+    return kv_cache_values_ok(p, why, why_len);
 }
 
 int fa2_config_count(void) { return 1; }
