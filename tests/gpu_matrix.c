@@ -36,7 +36,10 @@
  * guards are poisoned before each step runs, and after it every O and LSE element
  * must have been written and every byte around them must still hold the poison.
  * A step's workspace (fa2_workspace_size) is poisoned too, between guards that
- * must stay poisoned. In the KV-cache cases the inputs, the page pools, the block
+ * must stay poisoned, all but its counters (fa2.h's fa2_workspace_counter_bytes),
+ * which are zeroed as an allocator does once; a step that needs a workspace runs each
+ * case twice on it, O and LSE poisoned again between, and both calls must pass (the
+ * first must leave the counters as the second needs them). In the KV-cache cases the inputs, the page pools, the block
  * table and seqlens_k sit in guard zones too (int32 guards all bits set), and every
  * byte of those allocations must be as uploaded after each step.
  * The backward, for every step whose fa2_backward_supports takes the params (the
@@ -276,6 +279,18 @@ static long workspace_guards_written(const unsigned char *ws_alloc, size_t ws_by
     return written;
 }
 
+/* Bytes of the bytes at dev that are not zero (a workspace's counters after a call: fa2.h). */
+static long nonzero_bytes(const unsigned char *dev, size_t bytes)
+{
+    unsigned char *host = fa2_xmalloc(bytes, "a copy of the workspace's counters");
+    fa2_device_sync();
+    fa2_device_download(host, dev, bytes);
+    long n = 0;
+    for (size_t i = 0; i < bytes; i++) n += host[i] != 0;
+    free(host);
+    return n;
+}
+
 static long lse_writes_outside(const float *lse_alloc, size_t n)
 {
     long bad = 0;
@@ -362,9 +377,11 @@ static int32_t unowned_page(const fa2_problem *pr, const fa2_params *paged)
 }
 
 /* After a refused call: elements of O's and LSE's allocations, and bytes of the
- * workspace's, that no longer hold the poison (fa2.h: a refused call touches no memory). */
+ * workspace's, that no longer hold what they held before it (fa2.h: a refused call touches
+ * no memory): the poison, and zeros in the counter_bytes from ws_counters on. */
 static long outputs_touched(const uint16_t *o_dev, size_t o_elems, const float *lse_dev, size_t lse_elems,
-                            const unsigned char *ws_dev, size_t ws_bytes)
+                            const unsigned char *ws_dev, size_t ws_bytes, const unsigned char *ws_counters,
+                            size_t counter_bytes)
 {
     long touched = 0;
     fa2_device_sync();
@@ -381,7 +398,10 @@ static long outputs_touched(const uint16_t *o_dev, size_t o_elems, const float *
     if (ws_dev) {
         unsigned char *ws = fa2_xmalloc(ws_bytes, "a copy of the workspace");
         fa2_device_download(ws, ws_dev, ws_bytes);
-        for (size_t i = 0; i < ws_bytes; i++) touched += ws[i] != 0xff;
+        for (size_t i = 0; i < ws_bytes; i++) {
+            const int counter = ws_dev + i >= ws_counters && ws_dev + i < ws_counters + counter_bytes;
+            touched += ws[i] != (counter ? 0 : 0xff);
+        }
         free(ws);
     }
     return touched;
@@ -544,11 +564,13 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     for (int s = 0; s < nsteps; s++) {
         step_lib *st = &steps[s];
         const size_t ws_bytes = st->abi.workspace_size(&run);
+        const size_t counter_bytes = ws_bytes ? fa2_workspace_counter_bytes(&run) : 0;
         run.workspace = ws_bytes ? ws_dev + WS_GUARD : NULL;
         run.workspace_bytes = ws_bytes;
         fa2_device_poison(o_dev, o_elems * 2);
         if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
         if (ws_dev) fa2_device_poison(ws_dev, ws_max + 2 * WS_GUARD);
+        if (counter_bytes) fa2_device_zero(ws_dev + WS_GUARD, counter_bytes); /* fa2.h: zero before the first call */
         fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
         if (!st->abi.supports(&run, why, sizeof why)) {
             const int one_line = why[0] && !strchr(why, '\n');
@@ -560,7 +582,8 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
                  * touches nothing: O, LSE, the workspace, the inputs, the table, the lengths. */
                 const int names_field = strstr(why, "seqlens_k") || strstr(why, "block_table");
                 const int rc = st->abi.forward(&run, stream);
-                const long touched = outputs_touched(o_dev, o_elems, lse_dev, n_lse + 2 * GUARD, ws_dev, ws_max + 2 * WS_GUARD) +
+                const long touched = outputs_touched(o_dev, o_elems, lse_dev, n_lse + 2 * GUARD, ws_dev, ws_max + 2 * WS_GUARD,
+                                                     ws_dev + WS_GUARD, counter_bytes) +
                                      snapshots_changed(snaps, n_snaps);
                 st->kv_refused += names_field;
                 char detail[160];
@@ -584,37 +607,51 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
             report(0, why, "%s %s {%s}", st->abi.name(), name, config);
             continue;
         }
-        int rc = st->abi.forward(&run, stream);
-        if (rc) {
-            snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
-            report(0, why, "%s %s {%s}", st->abi.name(), name, config);
-            continue;
+        /* A step with a workspace runs the case twice on it: the first call must leave its
+         * counters zero (fa2.h), and the second, on the first's counters and partials, must
+         * pass as well. O and LSE are poisoned again before the second. */
+        const int calls = ws_bytes ? 2 : 1;
+        for (int call = 0; call < calls; call++) {
+            const char *which = call ? " (second call, same workspace)" : "";
+            if (call) {
+                fa2_device_poison(o_dev, o_elems * 2);
+                if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
+                fa2_device_sync();
+            }
+            int rc = st->abi.forward(&run, stream);
+            if (rc) {
+                snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
+                report(0, why, "%s %s {%s}%s", st->abi.name(), name, config, which);
+                break;
+            }
+            if (stream) {
+                fa2_stream_download(o_host, o_dev, o_elems * 2, stream);
+                if (lse_dev) fa2_stream_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4, stream);
+            } else {
+                fa2_device_sync();
+                fa2_device_download(o_host, o_dev, o_elems * 2);
+                if (lse_dev) fa2_device_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4);
+            }
+            const float *lse_view = lse_host ? lse_host + GUARD : NULL;
+            fa2_check_result r = fa2_check(&host_view, &rs, o_host + base, lse_view, &ref);
+            const long unwritten = fa2_count_unwritten(&host_view, o_host + base, lse_view);
+            const long outside = writes_outside(o_host, o_elems, &host_view, base) +
+                                 (lse_host ? lse_writes_outside(lse_host, n_lse) : 0) +
+                                 (ws_bytes ? workspace_guards_written(ws_dev, ws_bytes) : 0);
+            const long inputs_written = snapshots_changed(snaps, n_snaps); /* 0 snapshots but in KV-cache cases */
+            const long counters_left = counter_bytes ? nonzero_bytes(ws_dev + WS_GUARD, counter_bytes) : 0;
+            snprintf(why, sizeof why,
+                     "rel_l2 %.2e max_abs %.2e (x%.2f of tol) lse %.2e (x%.2f) nonfinite %ld NaN/-inf missed %ld "
+                     "unwritten %ld written outside O/LSE/workspace %ld, into inputs/pages/table/lengths %ld, "
+                     "workspace counters left non-zero %ld bytes",
+                     r.rel_l2, r.max_abs, r.o_worst, r.lse_max, r.lse_worst, r.nonfinite, r.special_missed, unwritten,
+                     outside, inputs_written, counters_left);
+            const int ok = r.pass && unwritten == 0 && outside == 0 && inputs_written == 0 && counters_left == 0;
+            if (r.o_worst > st->o_worst) st->o_worst = r.o_worst, snprintf(st->o_worst_case, sizeof st->o_worst_case, "%s", name);
+            if (r.lse_worst > st->lse_worst) st->lse_worst = r.lse_worst, snprintf(st->lse_worst_case, sizeof st->lse_worst_case, "%s", name);
+            if (ok && config_index >= 0) st->reached |= 1u << config_index;
+            report(ok, why, "%s %s {%s}%s", st->abi.name(), name, config, which);
         }
-        if (stream) {
-            fa2_stream_download(o_host, o_dev, o_elems * 2, stream);
-            if (lse_dev) fa2_stream_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4, stream);
-        } else {
-            fa2_device_sync();
-            fa2_device_download(o_host, o_dev, o_elems * 2);
-            if (lse_dev) fa2_device_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4);
-        }
-        const float *lse_view = lse_host ? lse_host + GUARD : NULL;
-        fa2_check_result r = fa2_check(&host_view, &rs, o_host + base, lse_view, &ref);
-        const long unwritten = fa2_count_unwritten(&host_view, o_host + base, lse_view);
-        const long outside = writes_outside(o_host, o_elems, &host_view, base) +
-                             (lse_host ? lse_writes_outside(lse_host, n_lse) : 0) +
-                             (ws_bytes ? workspace_guards_written(ws_dev, ws_bytes) : 0);
-        const long inputs_written = snapshots_changed(snaps, n_snaps); /* 0 snapshots but in KV-cache cases */
-        snprintf(why, sizeof why,
-                 "rel_l2 %.2e max_abs %.2e (x%.2f of tol) lse %.2e (x%.2f) nonfinite %ld NaN/-inf missed %ld "
-                 "unwritten %ld written outside O/LSE/workspace %ld, into inputs/pages/table/lengths %ld",
-                 r.rel_l2, r.max_abs, r.o_worst, r.lse_max, r.lse_worst, r.nonfinite, r.special_missed, unwritten,
-                 outside, inputs_written);
-        const int ok = r.pass && unwritten == 0 && outside == 0 && inputs_written == 0;
-        if (r.o_worst > st->o_worst) st->o_worst = r.o_worst, snprintf(st->o_worst_case, sizeof st->o_worst_case, "%s", name);
-        if (r.lse_worst > st->lse_worst) st->lse_worst = r.lse_worst, snprintf(st->lse_worst_case, sizeof st->lse_worst_case, "%s", name);
-        if (ok && config_index >= 0) st->reached |= 1u << config_index;
-        report(ok, why, "%s %s {%s}", st->abi.name(), name, config);
     }
     if (stream) fa2_stream_destroy(stream);
     free(o_host);
