@@ -251,8 +251,14 @@ __device__ __forceinline__ int swizzle(int row, int col) { return (((col / 8) ^ 
 
 // ---- the kernel --------------------------------------------------------------
 
+// One block per SM is all these bounds promise; the 4-warp configuration still fits
+// two (128 threads x 255 registers is half an SM's 65,536). Promised nothing, ptxas
+// gives the 8-warp d128 kernel 188 registers and places each ldmatrix close to the
+// HMMA that reads it, and with one block per SM no other warps hide that shared-memory
+// latency; promised one block, it takes 255 and loads the fragments well ahead, as in
+// step 07 (whose copy state left it no registers to save).
 template <typename T, int D, typename C>
-__global__ void __launch_bounds__(C::THREADS)
+__global__ void __launch_bounds__(C::THREADS, 1)
     fa2_mma_kernel(fa2_params p, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                    const __grid_constant__ CUtensorMap v_map)
 {
