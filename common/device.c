@@ -56,6 +56,7 @@ void fa2_device_free(void *ptr) { CUDA_CHECK(cudaFree(ptr)); }
 void fa2_device_upload(void *dst, const void *src, size_t bytes) { CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice)); }
 void fa2_device_download(void *dst, const void *src, size_t bytes) { CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost)); }
 void fa2_device_poison(void *ptr, size_t bytes) { CUDA_CHECK(cudaMemset(ptr, 0xff, bytes)); }
+void fa2_device_zero(void *ptr, size_t bytes) { CUDA_CHECK(cudaMemset(ptr, 0, bytes)); }
 void fa2_device_sync(void) { CUDA_CHECK(cudaDeviceSynchronize()); }
 
 void *fa2_stream_create(void)

@@ -184,8 +184,13 @@ int fa2_for_each_grid_chunk(const fa2_params *p, int (*launch)(const fa2_params 
             c.heads_kv = c.heads_q / group;
             const int h0_kv = h0 / group;
             c.q = (const uint16_t *)p->q + b0 * p->q_batch_stride + h0 * p->q_head_stride;
-            c.k = (const uint16_t *)p->k + b0 * p->k_batch_stride + h0_kv * p->k_head_stride;
-            c.v = (const uint16_t *)p->v + b0 * p->v_batch_stride + h0_kv * p->v_head_stride;
+            /* Paged K and V are pools that every sequence indexes through its own row of
+             * the block table: the chunk moves the table and the lengths, not the pools. */
+            const int64_t kv_b0 = p->block_table ? 0 : b0;
+            c.k = (const uint16_t *)p->k + kv_b0 * p->k_batch_stride + h0_kv * p->k_head_stride;
+            c.v = (const uint16_t *)p->v + kv_b0 * p->v_batch_stride + h0_kv * p->v_head_stride;
+            if (p->seqlens_k) c.seqlens_k = p->seqlens_k + b0;
+            if (p->block_table) c.block_table = p->block_table + b0 * p->block_table_batch_stride;
             c.o = (uint16_t *)p->o + b0 * p->o_batch_stride + h0 * p->o_head_stride;
             const int64_t rows_before = ((int64_t)b0 * p->heads_q + h0) * p->seqlen_q;
             if (p->lse) c.lse = p->lse + rows_before;

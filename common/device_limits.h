@@ -64,7 +64,8 @@ int fa2_limits_check_smem(int smem_bytes, const char *what, char *why, size_t wh
  * into launches that fit instead. fa2_for_each_grid_chunk calls launch(chunk, rows_before,
  * ctx) once per chunk -- once, with p itself, when batch and heads_q fit -- where chunk is
  * p with batch <= FA2_GRID_YZ_MAX and heads_q <= FA2_GRID_YZ_MAX (whole GQA groups), q, k,
- * v, o and lse moved to the chunk's first batch and head, and rows_before the rows of
+ * v, o and lse moved to the chunk's first batch and head (paged K and V to the head alone,
+ * seqlens_k and block_table to the batch), and rows_before the rows of
  * fa2.h's LSE order that come before the chunk's (its LSE and any per-row workspace start
  * there). Returns the first non-zero return of launch, else 0. */
 #define FA2_GRID_YZ_MAX 65535

@@ -82,13 +82,21 @@ typedef struct {
      * (a step that splits the keys keeps its partial results there): at least
      * fa2_workspace_size(p) bytes, 16-byte aligned, apart from every tensor; NULL
      * and 0 when fa2_workspace_size says 0. The caller owns it, so no allocation
-     * sits in the timed path and two calls on two streams need two workspaces. */
+     * sits in the timed path and two calls on two streams need two workspaces.
+     * The caller zero-fills it once, when it allocates it, and afterwards leaves it
+     * to the step's calls: its first fa2_workspace_counter_bytes(p) bytes are
+     * counters (one int32 per row of LSE) that a step may count in, and a step that
+     * counts there leaves them zero again at the end of every call it completes, so
+     * every call begins as the first did, with no memset of its own. The rest a step
+     * writes before it reads: it may hold anything (a test fills it with NaN). The
+     * backward's workspace (fa2_backward_workspace_size) has no counters: it may
+     * hold anything when a call begins. */
     void *workspace;
     size_t workspace_bytes;
 
     /* ---- a KV cache: per-sequence lengths and pages (both optional; zeroed params
      * use neither). Memory as the other tensors': the GPU's for a GPU step, the
-     * host's for step 00. Only steps that say so take them (step 00 so far); the
+     * host's for step 00. Only steps that say so take them (steps 00 and 13); the
      * others refuse them in one line (fa2_refuse_kv_cache in validate.h). ---- */
 
     /* int32 [batch]: sequence b has seqlens_k[b] keys, 0 .. seqlen_k, its first ones;
@@ -136,6 +144,15 @@ int fa2_supports(const fa2_params *p, char *why, size_t why_len);
  * computes in one pass, and for params the ABI refuses). Depends on the params
  * only, not on the GPU; call it with q, k, v and o set, as fa2_supports. */
 size_t fa2_workspace_size(const fa2_params *p);
+
+/* The counters at the start of a forward's workspace (the workspace field says how
+ * they are kept): one int32 per row of LSE, batch x heads_q x seqlen_q, rounded up to
+ * 16 bytes so what follows them stays 16-byte aligned. fa2_workspace_size includes them
+ * in the size of every step that needs a workspace. */
+static inline size_t fa2_workspace_counter_bytes(const fa2_params *p)
+{
+    return ((size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q * sizeof(int32_t) + 15) / 16 * 16;
+}
 
 /* The tile configuration fa2_forward would launch for these params on the
  * current GPU: its index (0 .. fa2_config_count() - 1), and in words (tiles,

@@ -168,7 +168,8 @@ long fa2_count_unwritten(const fa2_params *p, const uint16_t *o, const float *ls
 /* ---- the buffers of one call (buffers.c) ---- */
 /* run = pr->p with q, k, v copied to the GPU (on_gpu) or left on the host, o and
  * lse allocated there and poisoned with NaN, and a workspace of workspace_bytes
- * (the step's fa2_workspace_size) allocated there once, so no timed call allocates. */
+ * (the step's fa2_workspace_size) allocated there once, so no timed call allocates,
+ * and zero-filled once (fa2.h: a step may count in it from call to call). */
 void fa2_buffers_make(fa2_params *run, const fa2_problem *pr, int on_gpu, size_t workspace_bytes);
 void fa2_buffers_poison(fa2_params *run, int on_gpu);
 /* Waits for the step and copies O and LSE to the host. */
@@ -238,6 +239,7 @@ void fa2_device_free(void *ptr);
 void fa2_device_upload(void *dst, const void *src, size_t bytes);
 void fa2_device_download(void *dst, const void *src, size_t bytes);
 void fa2_device_poison(void *ptr, size_t bytes); /* all bits set: NaN in fp16, bf16 and fp32 */
+void fa2_device_zero(void *ptr, size_t bytes);   /* all bits clear: a workspace's counters (fa2.h) */
 void fa2_device_sync(void);
 /* A stream that does not synchronise with the default stream (cudaStreamNonBlocking). */
 void *fa2_stream_create(void);

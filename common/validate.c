@@ -192,10 +192,10 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len)
 int fa2_refuse_kv_cache(const fa2_params *p, char *why, size_t why_len)
 {
     if (p->seqlens_k)
-        REFUSE("seqlens_k given (allowed: NULL; this step takes one seqlen_k for the whole batch; step 00 takes "
-               "per-sequence lengths)");
+        REFUSE("seqlens_k given (allowed: NULL; this step takes one seqlen_k for the whole batch; steps 00 and 13 "
+               "take per-sequence lengths)");
     if (p->block_table)
-        REFUSE("block_table given (allowed: NULL; this step reads dense K and V; step 00 reads them in pages)");
+        REFUSE("block_table given (allowed: NULL; this step reads dense K and V; steps 00 and 13 read them in pages)");
     return 1;
 }
 

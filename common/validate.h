@@ -22,9 +22,8 @@ int fa2_validate_params(const fa2_params *p, char *why, size_t why_len);
 
 /* The one line a step that computes dense K and V of one length gives a KV cache:
  * 1 if p has neither seqlens_k nor block_table, otherwise 0 and a line naming the
- * field in why. Every GPU step calls it after fa2_validate_params; step 13 too,
- * until its kernel reads per-sequence lengths and pages (the decode step is where
- * they belong), and then it calls it no more and the line names step 13 too. */
+ * field in why. Every GPU step but step 13, the decode step, which reads
+ * per-sequence lengths and pages, calls it after fa2_validate_params. */
 int fa2_refuse_kv_cache(const fa2_params *p, char *why, size_t why_len);
 
 /* 1 if q, k, v, o and every stride in bytes are multiples of `bytes` (16 for a

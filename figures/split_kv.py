@@ -6,7 +6,7 @@ key tile, and the quarter of every key tile each of the block's 4 warps takes. B
 weight_s = exp(LSE_s - LSE) of each split for each query head of kv head 0, for one made-up
 input (the weights of a row sum to 1).
 Data: build/scratch/split_kv --format csv (the kernel's choose_plan, split ranges, unpack_row and
-combine_kernel's formula).
+the formula of the merge its last block of each tile runs).
 usage: python3 figures/split_kv.py DATA.csv OUT.svg"""
 import sys
 
@@ -47,7 +47,7 @@ top.set_xlabel(f"key (Nk = {keys}: {keys // block_n} key tiles of {block_n})")
 top.set_title(f"the grid: {splits} splits x {kv_heads} kv heads = {blocks} blocks of one 16-row tile each, "
               f"one per SM on {sms} SMs ({sms - blocks} idle); choose_plan: {splits} is the fewest splits whose waves "
               f"fill the GPU within 5% of the best\neach block runs the online softmax over its own {keys // splits} "
-              f"keys and writes O_s (normalised by its own row sum) and LSE_s; combine_kernel merges the splits",
+              f"keys and writes O_s (normalised by its own row sum) and LSE_s; the tile's last to arrive merges them",
               fontsize=9)
 
 mid = fig.add_subplot(grid[1, 0])
@@ -96,7 +96,7 @@ bottom.set_ylabel("weight_s = exp(LSE_s - LSE)")
 bottom.legend(fontsize=8, frameon=False, ncol=len(q_heads))
 for spine in ("top", "right"):
     bottom.spines[spine].set_visible(False)
-bottom.set_title("the merge (combine_kernel): LSE = log sum_s exp(LSE_s), O = sum_s exp(LSE_s - LSE) O_s; each row's "
+bottom.set_title("the merge (by the last block): LSE = log sum_s exp(LSE_s), O = sum_s exp(LSE_s - LSE) O_s; each row's "
                  "weights sum to 1.\nShown for one made-up input (uniform random Q and K, scaled up for a peaky "
                  "softmax): a split weighs what its keys' share of the softmax is", fontsize=9)
 fig.suptitle(f"step 13's split-KV decode at B1 Hq{heads_q} Hkv{kv_heads} Nq1 Nk{keys} d128 on {sms} SMs: a GQA "

@@ -236,10 +236,12 @@ def _forward(s, q, k, v, causal, scale, return_lse, seqlens_k=None, block_table=
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=q.device) if return_lse else None
     p = _params(q, k, v, o, lse, causal, scale, seqlens_k, block_table)
-    # The step's scratch (split-KV partial results), from torch's caching allocator on the
-    # current stream: reused memory after the first call, and safe across streams.
+    # The step's scratch (split-KV partial results and the tiles' arrival counters), from
+    # torch's caching allocator on the current stream: reused memory after the first call,
+    # and safe across streams. Zero-filled, once per allocation, as fa2.h asks: the counters
+    # must be zero when a call begins (the step leaves them so when it ends).
     need = s.workspace_size(p)
-    workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
+    workspace = torch.zeros(need, dtype=torch.uint8, device=q.device) if need else None
     p.workspace, p.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
     ok, why = s.supports(p)
     if not ok:

@@ -9,7 +9,8 @@
  *    choice is the fewest splits within 5% of the best;
  *  - the ranges (fa2_split_kernel): tiles_per_split = ceil(n_tiles / splits), split s takes
  *    key tiles [s tiles_per_split, min(n_tiles, (s + 1) tiles_per_split));
- *  - the merge (combine_kernel): LSE = log sum_s exp(LSE_s), O = sum_s exp(LSE_s - LSE) O_s.
+ *  - the merge (fa2_split_kernel, in the last block of a tile to arrive): LSE = log sum_s
+ *    exp(LSE_s), O = sum_s exp(LSE_s - LSE) O_s.
  * The layout's key tile (BLOCK_N) and the blocks per SM are inputs here: at d128 on an H100 the
  * kernel takes LargeLayout, 128 keys x 2 stages, 1 block per SM (what FA2_EMULATE=h100
  * build/step13/fa2 --plan prints for the decode shape). The merge weights are those of one
@@ -138,7 +139,7 @@ static void make_merge(merge *m, const shape *s, const plan *p)
         }
         double sum = 0;
         for (int sp = 0; sp < p->splits; sp++) sum += exp(m->lse_split[r][sp] - lmax);
-        m->lse[r] = lmax + log(sum);           /* combine_kernel's LSE */
+        m->lse[r] = lmax + log(sum);           /* the merge's LSE */
         m->lse_whole[r] = max_all + log(whole); /* the unsplit softmax's */
     }
     free(kmat);
@@ -172,7 +173,7 @@ static void print_text(const shape *s, const plan *p, const merge *m)
                (tile_hi(p, k) < p->n_tiles ? tile_hi(p, k) * p->block_n : s->seqlen_k) - 1);
     printf("within a block, warp w takes keys %d w .. %d w + %d of every key tile\n", p->block_n / WARPS,
            p->block_n / WARPS, p->block_n / WARPS - 1);
-    printf("\nthe merge (combine_kernel), for one input of uniform Q, K in [-%d, %d) (a made-up input):\n"
+    printf("\nthe merge (by the last block of the tile), for one input of uniform Q, K in [-%d, %d) (a made-up input):\n"
            "LSE = log sum_s exp(LSE_s); weight_s = exp(LSE_s - LSE); O = sum_s weight_s O_s\n", s->scale, s->scale);
     for (int r = 0; r < m->rows; r++) {
         printf("  q head %d: LSE %.4f (the unsplit softmax's %.4f); weights", r, m->lse[r], m->lse_whole[r]);

@@ -18,13 +18,30 @@
  *     2^31 elements (long Q, short K); lse = NULL; a non-default stream; softmax
  *     scales other than 1/sqrt(d); a NaN in a row of Q, a row of K, an element of V;
  *   - decode: 1 to 5 query rows, 3000 to 20000 keys, GQA groups 1 to 32, causal
- *     with Nq > 1, peaky scores and NaN in a K row or V element of one key range.
+ *     with Nq > 1, peaky scores and NaN in a K row or V element of one key range;
+ *   - a KV cache (fa2.h): lengths per sequence mixed in one batch (0, 1, a page
+ *     boundary -1/0/+1, one near a 128-key boundary, the longest), K and V in pages
+ *     of 16, 64 and 256 keys shuffled through the pool (fa2_problem_page), block table
+ *     rows and pages padded past their minimum strides, pages without per-sequence
+ *     lengths, lengths on dense K and V, NaN in a sequence's K row and V element,
+ *     Nq 1 to 4 causal and not, GQA and MQA, batch 70,000 (a second launch, whose
+ *     sequences have lengths, table rows and pages of their own), and two 99 KB
+ *     presets. Every row no key of a sequence occupies holds NaN (unowned pages, a
+ *     last page's tail, dense rows past a length, table entries past a sequence's
+ *     keys naming an unowned page), so a key read that is not the sequence's reaches O. A step that does not take a cache must
+ *     refuse every such case in one line naming the field, and its fa2_forward must
+ *     touch nothing; a step that takes one must take every case.
  * Every tensor lives inside a guard zone: input padding and guards hold NaN (a
  * kernel that reads them produces NaN and fails), O and LSE with their padding and
  * guards are poisoned before each step runs, and after it every O and LSE element
  * must have been written and every byte around them must still hold the poison.
  * A step's workspace (fa2_workspace_size) is poisoned too, between guards that
- * must stay poisoned.
+ * must stay poisoned, all but its counters (fa2.h's fa2_workspace_counter_bytes),
+ * which are zeroed as an allocator does once; a step that needs a workspace runs each
+ * case twice on it, O and LSE poisoned again between, and both calls must pass (the
+ * first must leave the counters as the second needs them). In the KV-cache cases the inputs, the page pools, the block
+ * table and seqlens_k sit in guard zones too (int32 guards all bits set), and every
+ * byte of those allocations must be as uploaded after each step.
  * The backward, for every step whose fa2_backward_supports takes the params (the
  * others say they compute the forward alone): dQ, dK and dV from the step's own
  * forward O and LSE, against the fp64 backward given that O, over tails (seqlen 1,
@@ -47,11 +64,14 @@ typedef struct {
     unsigned reached; /* bit i: configuration i ran in a passing case */
     double o_worst, lse_worst; /* the largest error over all cases, in units of its tolerance */
     char o_worst_case[256], lse_worst_case[256];
+    int kv_taken, kv_refused; /* KV-cache cases it ran, and refused in one line naming the field */
 } step_lib;
 
 typedef enum { DENSE, PACKED_QKV, BHSD, PADDED, ODD_STRIDES, OFFSET_BASES } layout;
 static const char *const layout_names[] = {"", "packed-qkv", "[b,h,s,d]", "padded rows, non-dense O",
                                            "strides not multiples of 8", "bases 2 bytes off 16-byte alignment"};
+
+enum { KV_MAX_BATCH = 8 }; /* sequences of a KV-cache case */
 
 typedef struct {
     int batch, hq, hkv, nq, nk, d, causal;
@@ -65,6 +85,12 @@ typedef struct {
     int may_refuse;    /* a step may refuse it (alignment, or its workspace limit), in one line */
     const char *preset; /* FA2_EMULATE for this case (NULL: this GPU's own limits) */
     int rescale_probe; /* the inputs must move some row's running max by > 2^8 after its first key tile */
+    /* A KV cache (fa2.h): seqlens_k from lens when seqlens is set (sequence b has
+     * lens[b % KV_MAX_BATCH] keys: a batch past KV_MAX_BATCH repeats them), K and V in shuffled pages of page_size keys when that is not 0; kv_pad
+     * pads the block table's rows (3 entries) and the pool's pages (64 elements) with NaN
+     * and unowned pages, so a step must read block_table_batch_stride and k/v_batch_stride. */
+    int seqlens, page_size, kv_pad;
+    int32_t lens[KV_MAX_BATCH];
     int deterministic; /* the backward's cases: FA2_DETERMINISTIC=1 (and the same bits twice) */
 } test_case;
 
@@ -202,6 +228,10 @@ static void case_name(char *name, size_t len, const test_case *c, const fa2_para
     if (c->nan) n += snprintf(name + n, len - n, " %s %d", nan_site_names[c->nan], c->nan_row);
     if (c->no_lse) n += snprintf(name + n, len - n, " lse=NULL");
     if (c->on_stream) n += snprintf(name + n, len - n, " non-default stream");
+    if (c->page_size) n += snprintf(name + n, len - n, " pages of %d%s", c->page_size, c->kv_pad ? " (table rows and pages padded)" : "");
+    for (int b = 0; c->seqlens && b < c->batch && b < KV_MAX_BATCH; b++)
+        n += snprintf(name + n, len - n, "%s%d", b ? "," : " lengths ", c->lens[b]);
+    if (c->seqlens && c->batch > KV_MAX_BATCH) n += snprintf(name + n, len - n, ", ... (repeating)");
     if (c->deterministic) n += snprintf(name + n, len - n, " FA2_DETERMINISTIC=1");
     if (c->preset) snprintf(name + n, len - n, " as %s", c->preset);
 }
@@ -249,6 +279,18 @@ static long workspace_guards_written(const unsigned char *ws_alloc, size_t ws_by
     return written;
 }
 
+/* Bytes of the bytes at dev that are not zero (a workspace's counters after a call: fa2.h). */
+static long nonzero_bytes(const unsigned char *dev, size_t bytes)
+{
+    unsigned char *host = fa2_xmalloc(bytes, "a copy of the workspace's counters");
+    fa2_device_sync();
+    fa2_device_download(host, dev, bytes);
+    long n = 0;
+    for (size_t i = 0; i < bytes; i++) n += host[i] != 0;
+    free(host);
+    return n;
+}
+
 static long lse_writes_outside(const float *lse_alloc, size_t n)
 {
     long bad = 0;
@@ -262,12 +304,122 @@ static long lse_writes_outside(const float *lse_alloc, size_t n)
     return bad;
 }
 
+/* ---- the KV cache: int32 arrays in guards, snapshots of the inputs ---------------------- */
+
+/* A device allocation of n int32 between GUARD int32 of all bits set (-1) on each side,
+ * the n values at element GUARD. */
+static int32_t *upload_ints(const int32_t *host, size_t n)
+{
+    int32_t *dev = fa2_device_alloc((n + 2 * GUARD) * 4);
+    fa2_device_poison(dev, (n + 2 * GUARD) * 4);
+    fa2_device_upload(dev + GUARD, host, n * 4);
+    return dev;
+}
+
+/* Every byte of one input allocation as uploaded (guards and padding included): a step
+ * may read its inputs, never write them. */
+typedef struct {
+    const void *dev;
+    unsigned char *host;
+    size_t bytes;
+} snapshot;
+
+static snapshot snapshot_take(const void *dev, size_t bytes)
+{
+    snapshot s = {dev, fa2_xmalloc(bytes, "a snapshot of an input"), bytes};
+    fa2_device_sync();
+    fa2_device_download(s.host, dev, bytes);
+    return s;
+}
+
+/* Bytes of the snapshots' allocations that differ from what was uploaded. */
+static long snapshots_changed(const snapshot *s, int n)
+{
+    long changed = 0;
+    fa2_device_sync();
+    for (int i = 0; i < n; i++) {
+        unsigned char *now = fa2_xmalloc(s[i].bytes, "a copy of an input");
+        fa2_device_download(now, s[i].dev, s[i].bytes);
+        for (size_t j = 0; j < s[i].bytes; j++) changed += now[j] != s[i].host[j];
+        free(now);
+    }
+    return changed;
+}
+
+/* NaN in every row of the dense K and V past its sequence's length (all heads): the
+ * fp64 reference reads only a sequence's own keys, and a step that reads one more,
+ * on dense K and V as through pages, gets NaN in O. */
+static void nan_past_lengths(fa2_problem *pr)
+{
+    const fa2_params *p = &pr->p;
+    const uint16_t nan16 = fa2_from_float(NAN, p->dtype);
+    const size_t row = (size_t)p->heads_kv * p->head_dim; /* dense rows: all heads of one key */
+    for (int b = 0; b < p->batch; b++)
+        for (int j = pr->seqlens_k[b]; j < p->seqlen_k; j++) {
+            const size_t at = (size_t)b * p->k_batch_stride + (size_t)j * p->k_row_stride;
+            for (size_t e = 0; e < row; e++) pr->k[at + e] = pr->v[at + e] = nan16;
+        }
+}
+
+/* A page of pr's pool that no sequence's keys reach (fa2_problem_page keeps batch + 1 of
+ * them, every row NaN). */
+static int32_t unowned_page(const fa2_problem *pr, const fa2_params *paged)
+{
+    char *owned = calloc((size_t)paged->num_pages, 1);
+    for (int b = 0; b < paged->batch; b++) {
+        const long long keys = pr->seqlens_k ? pr->seqlens_k[b] : paged->seqlen_k;
+        for (long long e = 0; e * paged->page_size < keys; e++) owned[pr->block_table[(size_t)b * paged->max_pages + e]] = 1;
+    }
+    int32_t page = 0;
+    while (owned[page]) page++;
+    free(owned);
+    return page;
+}
+
+/* After a refused call: elements of O's and LSE's allocations, and bytes of the
+ * workspace's, that no longer hold what they held before it (fa2.h: a refused call touches
+ * no memory): the poison, and zeros in the counter_bytes from ws_counters on. */
+static long outputs_touched(const uint16_t *o_dev, size_t o_elems, const float *lse_dev, size_t lse_elems,
+                            const unsigned char *ws_dev, size_t ws_bytes, const unsigned char *ws_counters,
+                            size_t counter_bytes)
+{
+    long touched = 0;
+    fa2_device_sync();
+    uint16_t *o = fa2_xmalloc(o_elems * 2, "a copy of O");
+    fa2_device_download(o, o_dev, o_elems * 2);
+    for (size_t i = 0; i < o_elems; i++) touched += o[i] != FA2_POISON16;
+    free(o);
+    if (lse_dev) {
+        uint32_t *lse = fa2_xmalloc(lse_elems * 4, "a copy of LSE");
+        fa2_device_download(lse, lse_dev, lse_elems * 4);
+        for (size_t i = 0; i < lse_elems; i++) touched += lse[i] != FA2_POISON32;
+        free(lse);
+    }
+    if (ws_dev) {
+        unsigned char *ws = fa2_xmalloc(ws_bytes, "a copy of the workspace");
+        fa2_device_download(ws, ws_dev, ws_bytes);
+        for (size_t i = 0; i < ws_bytes; i++) {
+            const int counter = ws_dev + i >= ws_counters && ws_dev + i < ws_counters + counter_bytes;
+            touched += ws[i] != (counter ? 0 : 0xff);
+        }
+        free(ws);
+    }
+    return touched;
+}
+
 static void run_case(step_lib *steps, int nsteps, const test_case *c)
 {
     fa2_params p = {0};
     p.batch = c->batch, p.heads_q = c->hq, p.heads_kv = c->hkv, p.seqlen_q = c->nq, p.seqlen_k = c->nk;
     p.head_dim = c->d, p.causal = c->causal, p.dtype = c->t;
     p.softmax_scale = c->softmax_scale ? c->softmax_scale : 1.0f / sqrtf((float)c->d);
+    int32_t *lens = NULL; /* host memory: fa2_problem_make copies it */
+    if (c->seqlens) {
+        lens = fa2_xmalloc(sizeof(int32_t) * (size_t)p.batch, "the sequence lengths");
+        for (int b = 0; b < p.batch; b++) lens[b] = c->lens[b % KV_MAX_BATCH];
+    }
+    p.seqlens_k = lens;
+    const int kv_cache = c->seqlens || c->page_size;
     char name[256], why[512], config[256];
     case_name(name, sizeof name, c, &p);
     /* Every step reads FA2_EMULATE at each call (common/device_limits.h), so one process can
@@ -277,6 +429,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     fa2_limits limits;
     if (fa2_limits_get(&limits, why, sizeof why) != FA2_LIMITS_OK) {
         report(0, why, "%s: the limits", name);
+        free(lens);
         return;
     }
 
@@ -287,12 +440,17 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
                         (scores * 4 <= 17179869184.0 ? scores * 6 : 0);
     if (need > 0.8 * (double)fa2_device_free_bytes()) {
         printf("SKIP %s: needs %.1f GB of GPU memory, %.1f GB free\n", name, need / 1e9, fa2_device_free_bytes() / 1e9);
+        free(lens);
         return;
     }
 
     fa2_problem pr;
     fa2_problem_make(&pr, &p, 1000 + (uint64_t)c->nq * 7 + c->nk, c->input_scale);
+    free(lens);
+    p.seqlens_k = NULL; /* pr has its own copy */
     put_nan(&pr, c->nan, c->nan_row, c->nan_col);
+    if (c->seqlens) nan_past_lengths(&pr);
+    if (c->page_size) fa2_problem_page(&pr, c->page_size, 1000 + (uint64_t)c->nq * 7 + c->nk);
     fa2_row_set rs;
     const long long macs = (long long)p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * p.head_dim;
     if (macs <= FULL_CHECK_MACS) fa2_rows_all(&rs, &pr.p);
@@ -323,7 +481,34 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     device_buffer inputs[3];
     int n_inputs = 3;
     fa2_params run = p;
-    if (c->lay == PACKED_QKV) { /* one [batch, seqlen, 3, heads, d] tensor behind three views */
+    run.seqlens_k = NULL; /* the KV cache's arrays go to the GPU below */
+    int32_t *table_dev = NULL, *lens_dev = NULL;
+    size_t table_elems = 0;
+    if (pr.block_table) { /* Q dense; K and V page pools [num_pages, page_size, heads_kv, d], each in NaN guards */
+        fa2_params paged;
+        fa2_problem_step_params(&pr, &paged); /* the page fields, and K's and V's strides in the pool */
+        const tensor_layout lpool = {paged.num_pages, paged.page_size, paged.heads_kv, paged.head_dim,
+                                     paged.k_batch_stride + (c->kv_pad ? 64 : 0), paged.k_row_stride, paged.k_head_stride};
+        const uint16_t *dense[3] = {pr.q, pr.k_pages, pr.v_pages};
+        const tensor_layout lays[3] = {lq, lpool, lpool};
+        for (int i = 0; i < 3; i++) inputs[i] = upload_tensors(1, &dense[i], &lays[i], &base);
+        run.q = inputs[0].dev + base, run.k = inputs[1].dev + base, run.v = inputs[2].dev + base;
+        set_strides(&lq, &run.q_batch_stride, &run.q_row_stride, &run.q_head_stride);
+        set_strides(&lpool, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
+        set_strides(&lpool, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
+        run.page_size = paged.page_size, run.max_pages = paged.max_pages, run.num_pages = paged.num_pages;
+        /* The table's rows, padded by kv_pad with an unowned page (its rows NaN). */
+        run.block_table_batch_stride = paged.max_pages + (c->kv_pad ? 3 : 0);
+        table_elems = (size_t)p.batch * run.block_table_batch_stride;
+        int32_t *table = fa2_xmalloc(table_elems * 4, "the block table");
+        const int32_t spare = unowned_page(&pr, &paged);
+        for (int b = 0; b < p.batch; b++)
+            for (int64_t e = 0; e < run.block_table_batch_stride; e++)
+                table[b * run.block_table_batch_stride + e] = e < paged.max_pages ? pr.block_table[(size_t)b * paged.max_pages + e] : spare;
+        table_dev = upload_ints(table, table_elems);
+        free(table);
+        run.block_table = table_dev + GUARD;
+    } else if (c->lay == PACKED_QKV) { /* one [batch, seqlen, 3, heads, d] tensor behind three views */
         tensor_layout packed = lq;
         packed.rs = 3 * lq.rs, packed.bs = packed.rs * p.seqlen_q;
         const uint16_t *dense[3] = {pr.q, pr.k, pr.v};
@@ -344,6 +529,17 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         set_strides(&lkv, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
         set_strides(&lkv, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
     }
+    if (c->seqlens) {
+        lens_dev = upload_ints(pr.seqlens_k, (size_t)p.batch);
+        run.seqlens_k = lens_dev + GUARD;
+    }
+    /* KV-cache cases: every byte of the inputs' allocations, the pools', the table's and
+     * the lengths' (guards and padding included), as uploaded. */
+    snapshot snaps[5];
+    int n_snaps = 0;
+    for (int i = 0; kv_cache && i < n_inputs; i++) snaps[n_snaps++] = snapshot_take(inputs[i].dev, inputs[i].elems * 2);
+    if (table_dev) snaps[n_snaps++] = snapshot_take(table_dev, (table_elems + 2 * GUARD) * 4);
+    if (lens_dev) snaps[n_snaps++] = snapshot_take(lens_dev, ((size_t)p.batch + 2 * GUARD) * 4);
     /* O and LSE, poisoned before each step. */
     const size_t o_elems = base + (size_t)span_of(&lo) + GUARD, n_lse = fa2_numel_lse(&p);
     uint16_t *o_dev = fa2_device_alloc(o_elems * 2);
@@ -368,19 +564,39 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     for (int s = 0; s < nsteps; s++) {
         step_lib *st = &steps[s];
         const size_t ws_bytes = st->abi.workspace_size(&run);
+        const size_t counter_bytes = ws_bytes ? fa2_workspace_counter_bytes(&run) : 0;
         run.workspace = ws_bytes ? ws_dev + WS_GUARD : NULL;
         run.workspace_bytes = ws_bytes;
         fa2_device_poison(o_dev, o_elems * 2);
         if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
         if (ws_dev) fa2_device_poison(ws_dev, ws_max + 2 * WS_GUARD);
+        if (counter_bytes) fa2_device_zero(ws_dev + WS_GUARD, counter_bytes); /* fa2.h: zero before the first call */
         fa2_device_sync(); /* a non-blocking stream does not wait for the poison by itself */
         if (!st->abi.supports(&run, why, sizeof why)) {
             const int one_line = why[0] && !strchr(why, '\n');
             /* a step built for one GPU family refuses the others' presets */
             const int other_family = c->preset && strstr(why, "compute capability");
+            if (kv_cache) {
+                /* A step that does not take a KV cache refuses it in one line naming the field
+                 * (fa2_refuse_kv_cache), and its fa2_forward returns FA2_ERR_UNSUPPORTED and
+                 * touches nothing: O, LSE, the workspace, the inputs, the table, the lengths. */
+                const int names_field = strstr(why, "seqlens_k") || strstr(why, "block_table");
+                const int rc = st->abi.forward(&run, stream);
+                const long touched = outputs_touched(o_dev, o_elems, lse_dev, n_lse + 2 * GUARD, ws_dev, ws_max + 2 * WS_GUARD,
+                                                     ws_dev + WS_GUARD, counter_bytes) +
+                                     snapshots_changed(snaps, n_snaps);
+                st->kv_refused += names_field;
+                char detail[160];
+                snprintf(detail, sizeof detail, "%s; fa2_forward returned %d (want %d), %ld elements or bytes touched",
+                         names_field ? "names the field" : "names neither seqlens_k nor block_table", rc, FA2_ERR_UNSUPPORTED, touched);
+                report((names_field || other_family || c->may_refuse) && one_line && rc == FA2_ERR_UNSUPPORTED && touched == 0,
+                       detail, "%s %s: refused: %s", st->abi.name(), name, why);
+                continue;
+            }
             report((c->may_refuse || other_family) && one_line, why, "%s %s: refused: %s", st->abi.name(), name, why);
             continue;
         }
+        st->kv_taken += kv_cache;
         const int config_index = st->abi.config(&run, config, sizeof config);
         /* What the launch asks for must fit the GPU (or the emulated one): on the H100 a
          * preset's oversized request would still run, so this is where it is caught. */
@@ -391,36 +607,51 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
             report(0, why, "%s %s {%s}", st->abi.name(), name, config);
             continue;
         }
-        int rc = st->abi.forward(&run, stream);
-        if (rc) {
-            snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
-            report(0, why, "%s %s {%s}", st->abi.name(), name, config);
-            continue;
+        /* A step with a workspace runs the case twice on it: the first call must leave its
+         * counters zero (fa2.h), and the second, on the first's counters and partials, must
+         * pass as well. O and LSE are poisoned again before the second. */
+        const int calls = ws_bytes ? 2 : 1;
+        for (int call = 0; call < calls; call++) {
+            const char *which = call ? " (second call, same workspace)" : "";
+            if (call) {
+                fa2_device_poison(o_dev, o_elems * 2);
+                if (lse_dev) fa2_device_poison(lse_dev, (n_lse + 2 * GUARD) * 4);
+                fa2_device_sync();
+            }
+            int rc = st->abi.forward(&run, stream);
+            if (rc) {
+                snprintf(why, sizeof why, "fa2_forward returned %d: %s", rc, st->abi.last_error());
+                report(0, why, "%s %s {%s}%s", st->abi.name(), name, config, which);
+                break;
+            }
+            if (stream) {
+                fa2_stream_download(o_host, o_dev, o_elems * 2, stream);
+                if (lse_dev) fa2_stream_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4, stream);
+            } else {
+                fa2_device_sync();
+                fa2_device_download(o_host, o_dev, o_elems * 2);
+                if (lse_dev) fa2_device_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4);
+            }
+            const float *lse_view = lse_host ? lse_host + GUARD : NULL;
+            fa2_check_result r = fa2_check(&host_view, &rs, o_host + base, lse_view, &ref);
+            const long unwritten = fa2_count_unwritten(&host_view, o_host + base, lse_view);
+            const long outside = writes_outside(o_host, o_elems, &host_view, base) +
+                                 (lse_host ? lse_writes_outside(lse_host, n_lse) : 0) +
+                                 (ws_bytes ? workspace_guards_written(ws_dev, ws_bytes) : 0);
+            const long inputs_written = snapshots_changed(snaps, n_snaps); /* 0 snapshots but in KV-cache cases */
+            const long counters_left = counter_bytes ? nonzero_bytes(ws_dev + WS_GUARD, counter_bytes) : 0;
+            snprintf(why, sizeof why,
+                     "rel_l2 %.2e max_abs %.2e (x%.2f of tol) lse %.2e (x%.2f) nonfinite %ld NaN/-inf missed %ld "
+                     "unwritten %ld written outside O/LSE/workspace %ld, into inputs/pages/table/lengths %ld, "
+                     "workspace counters left non-zero %ld bytes",
+                     r.rel_l2, r.max_abs, r.o_worst, r.lse_max, r.lse_worst, r.nonfinite, r.special_missed, unwritten,
+                     outside, inputs_written, counters_left);
+            const int ok = r.pass && unwritten == 0 && outside == 0 && inputs_written == 0 && counters_left == 0;
+            if (r.o_worst > st->o_worst) st->o_worst = r.o_worst, snprintf(st->o_worst_case, sizeof st->o_worst_case, "%s", name);
+            if (r.lse_worst > st->lse_worst) st->lse_worst = r.lse_worst, snprintf(st->lse_worst_case, sizeof st->lse_worst_case, "%s", name);
+            if (ok && config_index >= 0) st->reached |= 1u << config_index;
+            report(ok, why, "%s %s {%s}%s", st->abi.name(), name, config, which);
         }
-        if (stream) {
-            fa2_stream_download(o_host, o_dev, o_elems * 2, stream);
-            if (lse_dev) fa2_stream_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4, stream);
-        } else {
-            fa2_device_sync();
-            fa2_device_download(o_host, o_dev, o_elems * 2);
-            if (lse_dev) fa2_device_download(lse_host, lse_dev, (n_lse + 2 * GUARD) * 4);
-        }
-        const float *lse_view = lse_host ? lse_host + GUARD : NULL;
-        fa2_check_result r = fa2_check(&host_view, &rs, o_host + base, lse_view, &ref);
-        const long unwritten = fa2_count_unwritten(&host_view, o_host + base, lse_view);
-        const long outside = writes_outside(o_host, o_elems, &host_view, base) +
-                             (lse_host ? lse_writes_outside(lse_host, n_lse) : 0) +
-                             (ws_bytes ? workspace_guards_written(ws_dev, ws_bytes) : 0);
-        snprintf(why, sizeof why,
-                 "rel_l2 %.2e max_abs %.2e (x%.2f of tol) lse %.2e (x%.2f) nonfinite %ld NaN/-inf missed %ld "
-                 "unwritten %ld written outside O/LSE/workspace %ld",
-                 r.rel_l2, r.max_abs, r.o_worst, r.lse_max, r.lse_worst, r.nonfinite, r.special_missed, unwritten,
-                 outside);
-        const int ok = r.pass && unwritten == 0 && outside == 0;
-        if (r.o_worst > st->o_worst) st->o_worst = r.o_worst, snprintf(st->o_worst_case, sizeof st->o_worst_case, "%s", name);
-        if (r.lse_worst > st->lse_worst) st->lse_worst = r.lse_worst, snprintf(st->lse_worst_case, sizeof st->lse_worst_case, "%s", name);
-        if (ok && config_index >= 0) st->reached |= 1u << config_index;
-        report(ok, why, "%s %s {%s}", st->abi.name(), name, config);
     }
     if (stream) fa2_stream_destroy(stream);
     free(o_host);
@@ -429,6 +660,9 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     if (ws_dev) fa2_device_free(ws_dev);
     if (lse_dev) fa2_device_free(lse_dev);
     for (int i = 0; i < n_inputs; i++) fa2_device_free(inputs[i].dev);
+    if (table_dev) fa2_device_free(table_dev);
+    if (lens_dev) fa2_device_free(lens_dev);
+    for (int i = 0; i < n_snaps; i++) free(snaps[i].host);
     fa2_reference_free(&ref);
     fa2_rows_free(&rs);
     fa2_problem_free(&pr);
@@ -667,6 +901,103 @@ static test_case config_case(int sm_count, int large, int d, int causal, fa2_dty
     return c;
 }
 
+/* ---- the KV cache -------------------------------------------------------------------------- */
+
+/* A case with a KV cache: K and V in shuffled pages of page_size keys (0: dense), and
+ * lengths per sequence from lens (NULL: every sequence has nk keys). */
+static test_case kv_case(int batch, int hq, int hkv, int nq, int nk, int d, int causal, fa2_dtype t, int page_size,
+                         const int32_t *lens)
+{
+    test_case c = shape(batch, hq, hkv, nq, nk, d, causal, t);
+    c.page_size = page_size;
+    if (lens) {
+        c.seqlens = 1;
+        memcpy(c.lens, lens, sizeof(int32_t) * (size_t)(batch < KV_MAX_BATCH ? batch : KV_MAX_BATCH));
+    }
+    return c;
+}
+
+/* Decode against a KV cache (fa2.h), the shapes of serving: every row checked. The
+ * longest length is nk, the capacity, so the split-KV step cuts it over blocks while
+ * the short sequences' blocks have few tiles or none. Pages of 16 and 64 keys are
+ * smaller than step 13's 64- and 128-key tiles: its tiles cross pages. */
+static void kv_cache_cases(step_lib *steps, int nsteps)
+{
+    static const int page_sizes[] = {16, 64, 256};
+    /* Shuffled pages, seven lengths in one batch: 0 (O = 0, LSE = -inf), 1 (causal Nq > 1:
+     * rows that see no key beside one that sees one), a page boundary -1, +0, +1, one
+     * around a 128-key boundary (-1, +0, +1, +2 as Nq is 1 to 4) and the longest. GQA 4
+     * (odd Nq) and MQA 8 or 32 (even), causal on alternate Nq (the other half for bf16),
+     * both head dims for every page size and dtype, half the cases with padded strides. */
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 2; t++)
+            for (int nq = 1; nq <= 4; nq++) {
+                const int ps = page_sizes[s], nk = nq % 2 ? 3001 : 4099;
+                const int32_t lens[7] = {0, 1, ps - 1, ps, ps + 1, 128 * (8 + nq) + nq - 2, nk};
+                const int hq = nq % 2 ? 8 : nq == 2 ? 8 : 32, hkv = nq % 2 ? 2 : 1;
+                test_case c = kv_case(7, hq, hkv, nq, nk, (nq + s) % 2 ? 64 : 128, (nq + t) % 2 == 0, (fa2_dtype)t, ps, lens);
+                c.kv_pad = (s + t + nq) % 2;
+                run_case(steps, nsteps, &c);
+            }
+    /* Pages without lengths of their own: every sequence has nk keys, its last page a
+     * tail of one key (2049 = 2048 + 1) whose other rows hold NaN. */
+    for (int s = 0; s < 3; s++)
+        for (int t = 0; t < 2; t++) {
+            test_case c = kv_case(3, 8, 2, 1 + s, 2049, (s + t) % 2 ? 64 : 128, s != 1, (fa2_dtype)t, page_sizes[s], NULL);
+            c.kv_pad = t;
+            run_case(steps, nsteps, &c);
+        }
+    /* Lengths on dense K and V (their rows past a length hold NaN): around both tile sizes'
+     * first boundaries, 0, 1 and the longest; decode and causal Nq 4. */
+    for (int t = 0; t < 2; t++)
+        for (int d = 64; d <= 128; d += 64) {
+            const int32_t lens[8] = {0, 1, 63, 64, 65, 128, 129, 2500};
+            test_case c = kv_case(8, d == 64 ? 8 : 32, d == 64 ? 2 : 1, d == 64 ? 1 : 4, 2500, d, d == 128, (fa2_dtype)t, 0, lens);
+            run_case(steps, nsteps, &c);
+        }
+    /* NaN in a sequence's own K row (its last key: the last page) and V element (mid-
+     * sequence), through pages: the NaN reaches the rows that see it, and only through
+     * the page the table names. */
+    for (int t = 0; t < 2; t++) {
+        const int32_t lens[3] = {3000, 5, 0};
+        test_case c = kv_case(3, 8, 2, 2, 3000, 64 << t, 1, (fa2_dtype)t, 64, lens);
+        c.nan = NAN_K_ROW, c.nan_row = 2999;
+        run_case(steps, nsteps, &c);
+        c = kv_case(3, 8, 1, 1, 3000, 128 >> t, 0, (fa2_dtype)t, 16, lens);
+        c.nan = NAN_V_ELEMENT, c.nan_row = 1500, c.nan_col = 9;
+        run_case(steps, nsteps, &c);
+    }
+    /* Batch past the grid's z limit (65,535): the steps run a second launch for sequences
+     * 65,535 on (fa2_for_each_grid_chunk), which must read their own lengths, table rows and
+     * pages (sequence 65,535 + b has length lens[(b + 7) % 8], not lens[b]). */
+    {
+        const int32_t lens[8] = {0, 17, 1, 16, 15, 3, 32, 33};
+        test_case c = kv_case(70000, 2, 1, 1, 33, 64, 0, FA2_BF16, 16, lens);
+        run_case(steps, nsteps, &c);
+    }
+    /* A GPU whose blocks get 99 KB of shared memory (step 13's small layout: 64-key tiles
+     * at d128, 128 at d64): pages of 16 and 256, both head dims. */
+    static const char *const small_presets[] = {"rtx4090", "gb10"};
+    for (int t = 0; t < 2; t++) {
+        setenv("FA2_EMULATE", small_presets[t], 1);
+        fa2_limits pl;
+        char why[256];
+        const int usable = fa2_limits_get(&pl, why, sizeof why) == FA2_LIMITS_OK;
+        unsetenv("FA2_EMULATE");
+        if (!usable) {
+            printf("SKIP the KV-cache cases as %s: %s\n", small_presets[t], why);
+            continue;
+        }
+        for (int d = 64; d <= 128; d += 64) {
+            const int ps = d == 64 ? 256 : 16;
+            const int32_t lens[5] = {ps + 1, 0, 1, 4097, ps - 1};
+            test_case c = kv_case(5, 16, 2, d == 64 ? 1 : 3, 4097, d, d == 128, (fa2_dtype)t, ps, lens);
+            c.kv_pad = d == 128, c.preset = small_presets[t];
+            run_case(steps, nsteps, &c);
+        }
+    }
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -868,6 +1199,8 @@ int main(int argc, char **argv)
         }
     }
 
+    kv_cache_cases(steps, nsteps);
+
     /* Batch and heads past the grid's y and z limit (65,535), tiny seqlens: the steps cut
      * such a call into launches that fit (fa2_for_each_grid_chunk), by batch, and by heads
      * in whole GQA groups (69,999 = 3 x 23,333 query heads: 65,535 of them, then 4,464). */
@@ -981,6 +1314,16 @@ int main(int argc, char **argv)
         }
     }
 
+    /* A step takes the KV cache in every case or refuses it in every case. */
+    for (int s = 0; s < nsteps; s++) {
+        const step_lib *st = &steps[s];
+        if (!st->kv_taken && !st->kv_refused) continue;
+        char why[160];
+        snprintf(why, sizeof why, "it ran %d KV-cache cases and refused %d naming seqlens_k or block_table", st->kv_taken,
+                 st->kv_refused);
+        report(!st->kv_taken || !st->kv_refused, why, "%s: %s the KV cache in every case (%d)", st->abi.name(),
+               st->kv_taken ? "takes" : "refuses", st->kv_taken + st->kv_refused);
+    }
     /* Every configuration of every step ran in a passing case; how close each step came to its tolerances. */
     for (int s = 0; s < nsteps; s++) {
         printf("# %s: largest O error x%.3f of its tolerance (%s); largest LSE error x%.3f (%s)\n", steps[s].abi.name(),

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
-# tuned kernel; 08, its loads on TMA; 13, the split-KV decode kernel; or 14, the backward:
-# D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's second row
-# dropped, the causal limit of dK, dV and dQ one key short) with one planted
+# tuned kernel; 08, its loads on TMA; 13, the split-KV decode kernel: among its bugs, a tile's
+# last block that leaves its arrival counter at `splits` (the matrix's second call on the same
+# workspace then merges nothing) and a block with an empty key range that never arrives; or
+# 14, the backward: D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's
+# second row dropped, the causal limit of dK, dV and dQ one key short) with one planted
 # bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
 # process of its own (a mutant that writes far out of bounds ends its process with an
 # illegal address: it must not end the others' runs too), three at a time, and each must
@@ -23,11 +25,15 @@ mutants=(
   "07|heads_as_batch|h = blockIdx.y, b = blockIdx.z|h = blockIdx.z % p.heads_q, b = blockIdx.y % p.batch"
   "08|slab_as_row_half|kk / 4 * L::Q_SLAB_BYTES|kk / 4 * 128"
   "08|no_swizzle_in_map|CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B|CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
-  "13|combine_unnormalised|exp2_approx((weight[s] - lse) * LOG2E)|exp2_approx((weight[s] - shift) * LOG2E)"
+  "13|merge_unnormalised|exp2_approx((lse_s[i] - row_lse) * LOG2E)|exp2_approx((lse_s[i] - lse_shift) * LOG2E)"
+  "13|counter_not_reset|*counter = 0;|(void)counter;"
+  "13|empty_range_not_counted|last = atomicAdd(counter, 1) == splits - 1;|last = tile_lo < tile_hi && atomicAdd(counter, 1) == splits - 1;"
   "13|warps_unweighted|weight[w] = exp2_approx(m_merge[w][row] - finite_or_zero(m_max));|weight[w] = m_merge[w][row] == -INFINITY ? 0.0f : 1.0f;"
   "13|splits_overlap|tile_hi = min(n_tiles, tile_lo + tiles_per_split)|tile_hi = min(n_tiles, tile_lo + tiles_per_split + 1)"
   "13|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
   "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
+  "13|page_off_by_one|pages[key >> page_shift]|pages[(key >> page_shift) + 1]"
+  "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
   "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
   "14|bwd_causal_off_by_one|key <= row + shift|key < row + shift"

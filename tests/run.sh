@@ -152,8 +152,15 @@ for dir in steps/[0-9][0-9]_*; do
     expect_error 2 "step $id refuses --backward --dim 96" "build/step$id/fa2" --backward --dim 96
     expect_error 2 "step $id refuses FA2_DETERMINISTIC=yes" env FA2_DETERMINISTIC=yes "build/step$id/fa2" --backward
   fi
-  expect_error 2 "step $id refuses --seqlens-k" "build/step$id/fa2" --batch 2 --seqlens-k 7,1024
-  expect_error 2 "step $id refuses --page-size" "build/step$id/fa2" --page-size 64
+  # a step that does not take a KV cache (its kernel calls fa2_refuse_kv_cache) refuses one; a
+  # step that takes one still refuses, in one line, what its kernel cannot take (its harness
+  # runs with a cache are in the GPU section)
+  if grep -q fa2_refuse_kv_cache "$dir/kernel.cu"; then
+    expect_error 2 "step $id refuses --seqlens-k" "build/step$id/fa2" --batch 2 --seqlens-k 7,1024
+    expect_error 2 "step $id refuses --page-size" "build/step$id/fa2" --page-size 64
+  else
+    expect_error 2 "step $id refuses --page-size 64 --seqlens-k 7,1024 --dim 96" "build/step$id/fa2" --batch 2 --seqlens-k 7,1024 --page-size 64 --dim 96
+  fi
 done
 
 # The portable steps (all but the Makefile's HOPPER_STEPS) for one GPU family the default
@@ -359,6 +366,18 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
       # shellcheck disable=SC2086
       expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
     done
+    # a step that takes a KV cache (its kernel does not call fa2_refuse_kv_cache): decode
+    # against lengths per sequence (0, 1, page and tile boundaries, the longest) in shuffled
+    # pages of 16, 64 and 256 keys, and on dense K and V; GQA, MQA, causal Nq 2 to 4
+    if ! grep -q fa2_refuse_kv_cache "$(ls steps/"$id"_*/kernel.cu)"; then
+      for args in "--batch 4 --seqlen-q 1 --seqlen-k 4096 --seqlens-k 0,1,64,4096 --page-size 64 --heads 32 --kv-heads 8" \
+                  "--batch 3 --seqlen-q 4 --seqlen-k 3001 --seqlens-k 3001,17,2048 --page-size 16 --causal --heads 16 --kv-heads 2 --dim 64 --dtype bf16" \
+                  "--batch 2 --seqlen-q 2 --seqlen-k 5000 --seqlens-k 257,5000 --page-size 256 --causal --heads 8 --kv-heads 1" \
+                  "--batch 3 --seqlen-q 3 --seqlen-k 2500 --seqlens-k 2500,0,129 --causal --heads 16 --kv-heads 4 --dtype bf16"; do
+        # shellcheck disable=SC2086
+        expect_pass "step $id harness run $args" "build/step$id/fa2" $args --iters 3 --warmup 1
+      done
+    fi
     # a step with a backward: dQ, dK and dV checked too, on a second PASS line; with the
     # dQ atomics and with FA2_DETERMINISTIC=1's per-key-block partials
     grep -q fa2_refuse_backward steps/"$id"_*/kernel.cu && continue

@@ -69,7 +69,7 @@ static fa2_bwd_params base_bwd_params(void)
 
 /* REFUSE_UNLESS_CACHE: every step but those that take a KV cache (CACHE_STEPS) must refuse. */
 typedef enum { MUST_REFUSE, MAY_REFUSE, REFUSE_IF_WORKSPACE, REFUSE_UNLESS_CACHE } expectation;
-static const char *const CACHE_STEPS[] = {"00_cpu_reference"};
+static const char *const CACHE_STEPS[] = {"00_cpu_reference", "13_split_kv"};
 static int takes_cache(const step_abi *s)
 {
     for (size_t i = 0; i < sizeof CACHE_STEPS / sizeof *CACHE_STEPS; i++)

@@ -13,7 +13,7 @@ if [ -z "$src" ]; then echo "$(basename "$step_dir") runs on the CPU: no kernel 
 NVCC=${NVCC:-nvcc}
 # fa2_mma_kernel<__half, 128, TileConfig<4, 2, 64>> (mangled) -> "fp16 d128 4x2x64";
 # steps 10-12's TileConfig<12, 1, 128> (consumer warps, m-tiles, keys) -> "fp16 d64 12x1x128"
-# A kernel other than the steps' main fa2_mma_kernel is named first (step 13's combine_kernel,
+# A kernel other than the steps' main fa2_mma_kernel is named first (step 13's fa2_split_kernel,
 # step 14's fa2_bwd_kernel<__half, 128, 2> -> "fa2_bwd_kernel fp16 d128 2").
 name_fn='function kernel_name(f,   t, d, c, n, id) {
   if (match(f, /^_Z[0-9]+/)) { n = substr(f, 3, RLENGTH - 2) + 0; id = substr(f, RLENGTH + 1, n) }

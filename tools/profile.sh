@@ -5,8 +5,8 @@
 # throughput and bytes read, the L2 hit rate, the MUFU instruction count, the top
 # stall reasons; on Hopper also the wgmma instruction count).
 # usage: bash tools/profile.sh BINARY [harness args...]
-#   KERNELS=N profiles the first N kernels (a step that launches two per forward, as the
-#   split-KV step's split and combine kernels, needs KERNELS=2); each gets its own block.
+#   KERNELS=N profiles the first N kernels (a call that launches more than one, as step 14's
+#   backward its prep, main and convert kernels, needs KERNELS=N); each gets its own block.
 set -uo pipefail
 bin=$1; shift
 NCU=${NCU:-$(command -v ncu || true)}

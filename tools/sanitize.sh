@@ -15,7 +15,8 @@ fi
 # whose rows see no key); grids larger than the GPU (a step may choose another tile
 # configuration for them) at d128 with peaky inputs (the lazy O rescale runs), at d64
 # causal with Nq > Nk, and at d64 without a mask (step 12 takes its third consumer only there);
-# decode, 3 query rows of a GQA group against 3000 keys (the split-KV step splits and merges)
+# decode, 3 query rows of a GQA group against 3000 keys (the split-KV step splits and merges);
+# and for a step that takes a KV cache, decode in pages (below)
 shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
         "--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16"
         "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal"
@@ -37,10 +38,17 @@ if [ "${2:-}" = preset ]; then
     *) shapes=("--batch 1 --heads 6 --kv-heads 2 --seqlen 256 --dim 128 --scale 4") ;;
   esac
 fi
+# A step that takes a KV cache (its kernel does not call fa2_refuse_kv_cache), under a preset
+# too: decode against lengths per sequence (0, 1, the longest) with K and V in shuffled pages
+# of 16 keys (tiles cross pages; every row no sequence owns is NaN) and of 256
+src=$(ls "$(dirname "$0")/../steps/$(basename "$(dirname "$bin")" | sed 's/^step//')"_*/kernel.cu 2>/dev/null | head -n 1)
+if [ -n "$src" ] && ! grep -q fa2_refuse_kv_cache "$src"; then
+  shapes+=("--batch 3 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --seqlens-k 3000,0,17 --page-size 16 --dim 128 --causal --dtype bf16"
+           "--batch 3 --heads 8 --kv-heads 8 --seqlen-q 1 --seqlen-k 2000 --seqlens-k 1,2000,257 --page-size 256 --dim 64")
+fi
 # A step with a backward (its kernel does not answer with fa2_refuse_backward): the backward
 # too, its D, main and dQ-convert kernels, on tails with causal, GQA and Nq != Nk at d128 and
 # d64, and with FA2_DETERMINISTIC=1 (the per-key-block dQ partials and their reduction)
-src=$(ls "$(dirname "$0")/../steps/$(basename "$(dirname "$bin")" | sed 's/^step//')"_*/kernel.cu 2>/dev/null | head -n 1)
 if [ -n "$src" ] && ! grep -q fa2_refuse_backward "$src"; then
   shapes+=("--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16 --backward"
            "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal --backward"

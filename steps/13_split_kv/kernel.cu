@@ -26,9 +26,11 @@
  *    -- and both merge them with the rescale the online softmax applies at every
  *    key tile: O = sum_s exp(LSE_s - LSE) O_s, LSE = log sum_s exp(LSE_s). The
  *    warps merge in shared memory at the end of the block; the splits write
- *    fp32 partials to the caller's workspace (fa2_workspace_size), and a second
- *    kernel, combine_kernel, merges them and writes O and LSE. One split writes
- *    O directly and launches nothing else.
+ *    fp32 partials to the caller's workspace (fa2_workspace_size) and count
+ *    their arrival in an int32 of it, one per output tile. The split that
+ *    arrives last merges every split's partials of its tile and writes O and
+ *    LSE, in the same launch: no second kernel, no launch gap. One split
+ *    writes O directly and touches no workspace.
  *
  * 3. The number of splits comes from the GPU's limits (common/device_limits.h): the SM
  *    count, how many blocks fit on an SM, batch x kv heads x query tiles and the
@@ -38,6 +40,13 @@
  *    may have it (2 stages of 128 keys at d128, 4 at d64: one block per SM keeps
  *    64 or 96 KB of K and V in flight; sweep.sh, run 51), else what a 99 KB block
  *    holds (3 stages of 128 keys at d64, 2 of 64 at d128).
+ *
+ * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
+ *    read by each block for its own sequence: its key tiles, causal shift and tail) and
+ *    K and V in pages through a block table (a key tile within one page is looked up
+ *    once; pages of fewer keys than a tile, row by row, once for K and V). The split count
+ *    still comes from seqlen_k, the longest a sequence may be, so a short sequence's
+ *    blocks finish early.
  *
  * What stays from step 07: the swizzle, ldmatrix, the cp.async pipeline (one
  * barrier per key tile; at 2 stages it is step 07's double buffer), the unmasked
@@ -148,6 +157,19 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
 
+// Four floats from global memory through L2 alone (ld.global.cg: the SM's L1 is not
+// kept coherent with other SMs' stores), or zeros where `valid` is false. The load is
+// predicated, with no branch around it, so a loop's loads issue together, ahead of the
+// arithmetic that waits for them.
+__device__ __forceinline__ float4 ldcg_float4_or_zero(const float *src, bool valid)
+{
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    asm volatile("{\n\t.reg .pred p;\n\tsetp.ne.b32 p, %4, 0;\n\t@p ld.global.cg.v4.f32 {%0, %1, %2, %3}, [%5];\n\t}\n"
+                 : "+f"(v.x), "+f"(v.y), "+f"(v.z), "+f"(v.w)
+                 : "r"((int)valid), "l"(src));
+    return v;
+}
+
 // 2^x on the special-function unit (one MUFU.EX2); exp2(-inf) = 0.
 __device__ __forceinline__ float exp2_approx(float x)
 {
@@ -249,6 +271,35 @@ struct TileCopy {
             row_src += ROWS_PER_PASS * row_stride;
         }
     }
+
+    // The K and V copies of a tile that crosses pages (fa2.h's paged K and V, pages of
+    // fewer keys than a tile): row r is key key0 + r of the sequence, in page
+    // pages[(key0 + r) >> page_shift] of each pool, at row (key0 + r) & page_mask of it.
+    // Each pass looks its row's page up once for K and V; rows from valid_rows on are
+    // zero-filled, and their block-table entries, which may lie past the sequence's
+    // pages, are never read.
+    template <int ROWS>
+    __device__ __forceinline__ void issue_paged(uint32_t k_tile_saddr, uint32_t v_tile_saddr, const uint16_t *k_pool,
+                                                const uint16_t *v_pool, const int32_t *pages, int key0, int page_shift,
+                                                const fa2_params &p, int valid_rows) const
+    {
+        static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
+        const int page_mask = (1 << page_shift) - 1;
+#pragma unroll
+        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
+            const uint32_t dst_off = smem_off + pass * ROWS_PER_PASS * D * 2;
+            const int row = row0 + pass * ROWS_PER_PASS, key = key0 + row;
+            const bool valid = row < valid_rows;
+            const uint16_t *k_src = k_pool + col, *v_src = v_pool + col;
+            if (valid) {
+                const int64_t page = pages[key >> page_shift], in_page = key & page_mask;
+                k_src += page * p.k_batch_stride + in_page * p.k_row_stride;
+                v_src += page * p.v_batch_stride + in_page * p.v_row_stride;
+            }
+            cp_async_16(k_tile_saddr + dst_off, k_src, valid);  // src-size 0 reads nothing
+            cp_async_16(v_tile_saddr + dst_off, v_src, valid);
+        }
+    }
 };
 
 // ---- packed rows ---------------------------------------------------------------
@@ -265,7 +316,9 @@ __device__ __forceinline__ PackedRow unpack_row(int r, int group, int h_kv) { re
 
 // Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each; after the
 // last key tile the K/V space holds the warps' partial results for the merge:
-// O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each.
+// O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each;
+// past them, in the block that merges the splits, each row's split weights
+// [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32).
 template <int D, int BLOCK_N_, int STAGES_>
 struct SmemLayout {
     static constexpr int BLOCK_N = BLOCK_N_;              // keys per tile
@@ -276,7 +329,9 @@ struct SmemLayout {
     static constexpr int Q_BYTES = BLOCK_M * D * 2, STAGE_BYTES = BLOCK_N * D * 2;
     static constexpr int KV_BYTES = 2 * STAGES * STAGE_BYTES;
     static constexpr int MERGE_BYTES = WARPS * BLOCK_M * (O_PITCH + 2) * 4;
-    static_assert(MERGE_BYTES <= KV_BYTES, "the warps' partial O, max and sum fit where K and V were");
+    static constexpr int SPLIT_MERGE_BYTES = BLOCK_M * (MAX_SPLITS + D) * 4;
+    static_assert(MERGE_BYTES + SPLIT_MERGE_BYTES <= KV_BYTES,
+                  "the warps' partial O, max and sum, the split weights and the slots' sums of O fit where K and V were");
     static constexpr int BYTES = Q_BYTES + KV_BYTES;
 };
 // sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. and -DFA2_SWEEP_STAGES=..
@@ -301,9 +356,15 @@ static_assert(LargeLayout<64>::BLOCK_N <= SPLIT_KEY_TILE && LargeLayout<128>::BL
 
 // splits > 1: block (m_block, split) writes O_s (fp32, normalised by its own row
 // sum) to o_part [splits][batch * heads_q * seqlen_q][D] and LSE_s to lse_part
-// [splits][batch * heads_q * seqlen_q], rows in the order of fa2.h's LSE.
+// [splits][batch * heads_q * seqlen_q], rows in the order of fa2.h's LSE, and
+// counts its arrival in counters [batch * heads_q * seqlen_q], the int32 of its
+// tile's first row (fa2.h: zero when the call begins, and again when it ends);
+// the tile's last block to arrive merges the splits into O and LSE.
+// Loads in flight per thread while the last block merges O_s (float4 each).
+constexpr int MERGE_LOADS = 16;
 template <typename T, int D, typename L>
-__global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int splits, float *o_part, float *lse_part)
+__global__ void __launch_bounds__(THREADS)
+    fa2_split_kernel(fa2_params p, int splits, int *counters, float *o_part, float *lse_part)
 {
     constexpr int BLOCK_N = L::BLOCK_N, WARP_KEYS = L::WARP_KEYS;
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
@@ -324,16 +385,23 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     const int r0 = m_block * BLOCK_M;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
-    const int shift = p.seqlen_k - p.seqlen_q;  // causal: query row i sees keys j <= i + shift
+    // This sequence's keys (fa2.h: its own length where seqlens_k is given, else seqlen_k).
+    const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;
+    const int shift = seqlen_k - p.seqlen_q;  // causal: query row i sees keys j <= i + shift
     const float scale_log2 = p.softmax_scale * LOG2E;  // exp(x * scale) = exp2(x * scale * log2 e)
 
-    const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + h_kv * p.k_head_stride;
-    const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + h_kv * p.v_head_stride;
+    // Dense K and V: this sequence's rows. Paged: the pools, the head's column of every
+    // page, and the sequence's row of the block table.
+    const int64_t kv_batch = p.block_table ? 0 : b;
+    const uint16_t *k = (const uint16_t *)p.k + kv_batch * p.k_batch_stride + h_kv * p.k_head_stride;
+    const uint16_t *v = (const uint16_t *)p.v + kv_batch * p.v_batch_stride + h_kv * p.v_head_stride;
+    const int32_t *pages = p.block_table ? p.block_table + b * p.block_table_batch_stride : nullptr;
+    const int page_shift = p.block_table ? __ffs(p.page_size) - 1 : 0;  // page_size is a power of two (fa2.h)
 
     // The block's key tiles: those its last query row sees (causal), cut into
     // `splits` ranges of whole tiles; the last ranges may be empty.
     const int first_query = r0 / group, last_query = min(rows - 1, r0 + BLOCK_M - 1) / group;
-    const int key_end = p.causal ? min(p.seqlen_k, max(0, last_query + 1 + shift)) : p.seqlen_k;
+    const int key_end = p.causal ? min(seqlen_k, max(0, last_query + 1 + shift)) : seqlen_k;
     const int n_tiles = (key_end + BLOCK_N - 1) / BLOCK_N;
     const int tiles_per_split = (n_tiles + splits - 1) / splits;
     const int tile_lo = min(n_tiles, split * tiles_per_split), tile_hi = min(n_tiles, tile_lo + tiles_per_split);
@@ -351,18 +419,32 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
         cp_async_16(q_saddr + swizzled_offset<D>(row, col), src, valid);
     }
     // Key tile nn's K and V into its stage, nn % STAGES. Only the seqlen_k tail has rows
-    // to zero-fill; full tiles skip the per-row checks.
+    // to zero-fill; full tiles skip the per-row checks. Paged K and V: a tile within one
+    // page (pages of at least a tile's keys: both powers of two, so tiles never straddle
+    // one) is the dense copy from that page, looked up once; smaller pages, row by row.
     const TileCopy<D, THREADS> tile_copy;
     auto issue_tile = [&](const int nn) {
         const int n0 = nn * BLOCK_N;
         const uint32_t off = nn % STAGES * L::STAGE_BYTES;
-        const uint16_t *k_tile = k + (int64_t)n0 * p.k_row_stride, *v_tile = v + (int64_t)n0 * p.v_row_stride;
-        if (n0 + BLOCK_N <= p.seqlen_k) {
+        if (pages && p.page_size < BLOCK_N) {
+            tile_copy.template issue_paged<BLOCK_N>(k_saddr + off, v_saddr + off, k, v, pages, n0, page_shift, p, seqlen_k - n0);
+            return;
+        }
+        const uint16_t *k_tile = k, *v_tile = v;
+        if (pages) {  // n0 < seqlen_k: the block's tiles end at its sequence's last key
+            const int64_t page = pages[n0 >> page_shift], in_page = n0 & (p.page_size - 1);
+            k_tile += page * p.k_batch_stride + in_page * p.k_row_stride;
+            v_tile += page * p.v_batch_stride + in_page * p.v_row_stride;
+        } else {
+            k_tile += (int64_t)n0 * p.k_row_stride;
+            v_tile += (int64_t)n0 * p.v_row_stride;
+        }
+        if (n0 + BLOCK_N <= seqlen_k) {
             tile_copy.template issue<BLOCK_N, true>(k_saddr + off, k_tile, p.k_row_stride, BLOCK_N);
             tile_copy.template issue<BLOCK_N, true>(v_saddr + off, v_tile, p.v_row_stride, BLOCK_N);
         } else {
-            tile_copy.template issue<BLOCK_N, false>(k_saddr + off, k_tile, p.k_row_stride, p.seqlen_k - n0);
-            tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v_tile, p.v_row_stride, p.seqlen_k - n0);
+            tile_copy.template issue<BLOCK_N, false>(k_saddr + off, k_tile, p.k_row_stride, seqlen_k - n0);
+            tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v_tile, p.v_row_stride, seqlen_k - n0);
         }
     };
     // The first STAGES - 1 tiles, one commit group each (Q joins the first); each key
@@ -442,7 +524,7 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int key = n0 + warp * WARP_KEYS + nt * MMA_N + 2 * t + (e & 1);
-                    if (key >= p.seqlen_k || (p.causal && key > row_query[e / 2] + shift)) s_acc[nt][e] = -INFINITY;
+                    if (key >= seqlen_k || (p.causal && key > row_query[e / 2] + shift)) s_acc[nt][e] = -INFINITY;
                 }
         }
 
@@ -495,7 +577,7 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
 
     // Tiles from first_masked on cross the diagonal (causal: some key is past the
     // first row's last visible key) or hold the seqlen_k tail.
-    int first_masked = p.seqlen_k / BLOCK_N;
+    int first_masked = seqlen_k / BLOCK_N;
     if (p.causal) first_masked = min(first_masked, max(0, (first_query + shift + 1) / BLOCK_N));
     first_masked = min(max(first_masked, tile_lo), tile_hi);
     for (int nb = tile_lo; nb < first_masked; nb++) key_tile(nb, std::false_type{});
@@ -539,86 +621,162 @@ __global__ void __launch_bounds__(THREADS) fa2_split_kernel(fa2_params p, int sp
     }
     const float inv_l = l_sum != 0.0f ? 1.0f / l_sum : 0.0f;  // l = 0: the row saw no key, O = 0; NaN l: NaN O
     const float lse = l_sum != 0.0f ? (m_max + log2f(l_sum)) * LN2 : -INFINITY;
-    if (r0 + row >= rows) return;
+    const int valid_rows = min(BLOCK_M, rows - r0);  // rows of the tile past the kv head's last are padding
+    const int64_t n_rows = (int64_t)p.batch * p.heads_q * p.seqlen_q;  // rows of LSE, and of each split's partials
     const PackedRow pr = unpack_row(r0 + row, group, h_kv);
     const int64_t lse_row = ((int64_t)b * p.heads_q + pr.head) * p.seqlen_q + pr.query;  // fa2.h's LSE order
-    uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)pr.query * p.o_row_stride + pr.head * p.o_head_stride;
+    if (row < valid_rows) {
+        uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)pr.query * p.o_row_stride + pr.head * p.o_head_stride;
 #pragma unroll
-    for (int c = col0; c < D; c += 4 * ROW_THREADS) {
-        float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        for (int c = col0; c < D; c += 4 * ROW_THREADS) {
+            float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
-        for (int w = 0; w < WARPS; w++) {
-            const float4 part = *reinterpret_cast<const float4 *>(&o_merge[w][row][c]);
-            acc.x += weight[w] * part.x, acc.y += weight[w] * part.y, acc.z += weight[w] * part.z, acc.w += weight[w] * part.w;
+            for (int w = 0; w < WARPS; w++) {
+                const float4 part = *reinterpret_cast<const float4 *>(&o_merge[w][row][c]);
+                acc.x += weight[w] * part.x, acc.y += weight[w] * part.y, acc.z += weight[w] * part.z, acc.w += weight[w] * part.w;
+            }
+            acc.x *= inv_l, acc.y *= inv_l, acc.z *= inv_l, acc.w *= inv_l;
+            if (splits == 1)  // the final O, in the dtype (8 bytes: 4 elements)
+                *reinterpret_cast<uint2 *>(o + c) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
+            else  // this split's O_s, fp32, for the tile's last block
+                *reinterpret_cast<float4 *>(o_part + ((int64_t)split * n_rows + lse_row) * D + c) = acc;
         }
-        acc.x *= inv_l, acc.y *= inv_l, acc.z *= inv_l, acc.w *= inv_l;
-        if (splits == 1)  // the final O, in the dtype (8 bytes: 4 elements)
-            *reinterpret_cast<uint2 *>(o + c) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
-        else  // this split's O, fp32, for combine_kernel
-            *reinterpret_cast<float4 *>(o_part + ((int64_t)split * p.batch * p.heads_q * p.seqlen_q + lse_row) * D + c) = acc;
+        if (col0 == 0) {
+            if (splits > 1) lse_part[(int64_t)split * n_rows + lse_row] = lse;
+            else if (p.lse) p.lse[lse_row] = lse;
+        }
     }
-    if (col0 == 0) {
-        if (splits > 1) lse_part[(int64_t)split * p.batch * p.heads_q * p.seqlen_q + lse_row] = lse;
-        else if (p.lse) p.lse[lse_row] = lse;
+    if (splits == 1) return;
+
+    // Arrival. Every block of the tile arrives, one whose key range was empty too (it
+    // wrote O_s = 0 and LSE_s = -inf): the count must reach `splits`. The block that
+    // merges reads the others' partials on another SM, and without a fence the GPU
+    // promises no order in which another SM sees one SM's stores: the count could be
+    // seen before the partials. So the barrier orders every thread's partials before
+    // thread 0's __threadfence, which is cumulative (it orders what the barrier let
+    // thread 0 observe, every thread's stores, not only its own) before its atomicAdd.
+    // The block whose atomicAdd returns splits - 1 arrives last: every other block's
+    // partials are ordered before its increment, and its own fence after the atomic
+    // orders its loads after them. It resets the counter: nothing else in this call
+    // touches it any more, and the next call, a later launch, finds 0 (fa2.h).
+    __syncthreads();
+    bool last = false;
+    if (threadIdx.x == 0) {
+        const PackedRow first = unpack_row(r0, group, h_kv);  // the tile's counter is its first row's
+        int *counter = counters + ((int64_t)b * p.heads_q + first.head) * p.seqlen_q + first.query;
+        __threadfence();
+        last = atomicAdd(counter, 1) == splits - 1;
+        if (last) {
+            *counter = 0;
+            __threadfence();
+        }
     }
-}
+    if (!__syncthreads_or(last)) return;
 
-// Merges the splits' partial results: one warp per output row (b, head, query
-// row), each lane 4 columns at d128 or 2 at d64. The weight of split s is
-// exp(LSE_s - LSE), LSE = log sum_s exp(LSE_s) -- computed from the largest
-// LSE_s, as the online softmax subtracts its running max. A split that saw no key
-// has LSE_s = -inf and weight 0; if none did, O = 0 and LSE = -inf. A NaN LSE_s
-// reaches the sum (fmaxf skips it, exp2 does not).
-// The lanes load the splits' LSE side by side and leave the weights in shared
-// memory, so the loop over O_s has no load that waits for another: unrolled, it
-// keeps COMBINE_UNROLL loads in flight per lane. (A loop in which each split's
-// weight was loaded and its O_s read after it ran 19 us for 48 splits of 256 rows
-// on an H100: one L2 round trip per split, run 51.)
-constexpr int COMBINE_WARPS = 4, COMBINE_UNROLL = 8;
-template <typename T, int D>
-__global__ void __launch_bounds__(COMBINE_WARPS * 32)
-    combine_kernel(fa2_params p, int splits, const float *__restrict__ o_part, const float *__restrict__ lse_part)
-{
-    constexpr int COLS = D / 32;  // per lane
-    static_assert(COLS == 2 || COLS == 4, "a lane's columns are one float2 or float4 of O_s");
-    __shared__ float weight_smem[COMBINE_WARPS][MAX_SPLITS];
-    const int64_t n_rows = (int64_t)p.batch * p.heads_q * p.seqlen_q;
-    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int64_t row = (int64_t)blockIdx.x * COMBINE_WARPS + warp;  // in fa2.h's LSE order
-    if (row >= n_rows) return;
-    float *weight = weight_smem[warp];
+    // The last block merges the splits: O = sum_s exp(LSE_s - LSE) O_s, LSE = log sum_s
+    // exp(LSE_s), computed from the largest LSE_s as the online softmax subtracts its
+    // running max. A split that saw no key has LSE_s = -inf and weight 0; if none did,
+    // O = 0 and LSE = -inf; a NaN LSE_s reaches the sum (fmaxf skips it, exp2 does not).
+    // Other blocks' partials are read with ld.global.cg, from L2: an SM's L1 is not kept
+    // coherent with other SMs' stores, and a 128-byte line of lse_part holds 32 rows'
+    // LSE_s, so this SM may hold a copy from merging another tile whose rows share it,
+    // taken before this tile's splits wrote theirs.
+    // Merge, 3: the weights. Each row's ROW_THREADS threads load its LSE_s side by side,
+    // every load issued before the first is used.
+    static_assert((ROW_THREADS & (ROW_THREADS - 1)) == 0 && 32 % ROW_THREADS == 0,
+                  "a row's threads are a power-of-two group of lanes of one warp (the shuffles reduce them)");
+    static_assert(MAX_SPLITS % ROW_THREADS == 0, "a row's threads load the same number of LSE_s each");
+    constexpr int LSE_PER_THREAD = MAX_SPLITS / ROW_THREADS;
+    float *split_weight = reinterpret_cast<float *>(l_merge + WARPS);                      // [BLOCK_M][MAX_SPLITS]
+    float4 *o_slot_sum = reinterpret_cast<float4 *>(split_weight + BLOCK_M * MAX_SPLITS);  // [BLOCK_M * D / 4]
+    const int row_thread = threadIdx.x % ROW_THREADS;
+    float lse_s[LSE_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < LSE_PER_THREAD; i++) {
+        const int s = row_thread + i * ROW_THREADS;
+        lse_s[i] = row < valid_rows && s < splits ? __ldcg(lse_part + s * n_rows + lse_row) : -INFINITY;
+    }
+    float lse_max = tree_reduce<MaxOp>(lse_s);
+#pragma unroll
+    for (int off = ROW_THREADS / 2; off > 0; off /= 2) lse_max = fmaxf(lse_max, __shfl_xor_sync(0xffffffffu, lse_max, off));
+    const float lse_shift = finite_or_zero(lse_max);  // every split empty: exp2(-inf - 0) = 0, not NaN
+    float terms[LSE_PER_THREAD];
+#pragma unroll
+    for (int i = 0; i < LSE_PER_THREAD; i++) terms[i] = exp2_approx((lse_s[i] - lse_shift) * LOG2E);
+    float sum = tree_reduce<SumOp>(terms);
+#pragma unroll
+    for (int off = ROW_THREADS / 2; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
+    const float row_lse = sum != 0.0f ? lse_shift + log2f(sum) * LN2 : -INFINITY;
+#pragma unroll
+    for (int i = 0; i < LSE_PER_THREAD; i++) {
+        const int s = row_thread + i * ROW_THREADS;
+        if (s < splits) split_weight[row * MAX_SPLITS + s] = sum != 0.0f ? exp2_approx((lse_s[i] - row_lse) * LOG2E) : 0.0f;
+    }
+    if (row_thread == 0 && row < valid_rows && p.lse) p.lse[lse_row] = row_lse;
+    __syncthreads();
 
-    float lse_max = -INFINITY;
-    for (int s = lane; s < splits; s += 32) {
-        weight[s] = lse_part[s * n_rows + row];  // LSE_s for now
-        lse_max = fmaxf(lse_max, weight[s]);
+    // Merge, 4: O. A unit is one float4 of one valid row's O (valid_rows x D / 4 of them),
+    // a slot one float4 of the block's work (BLOCK_M x D / 4, SLOTS a thread): slot u
+    // takes unit u % units and the splits s = u / units (mod slices), so with fewer valid
+    // rows than BLOCK_M (GQA 4 at Nq 1 has 4) every thread still has SLOTS slots. Each
+    // pass issues SPLITS_IN_FLIGHT splits of every slot, predicated, before it adds any:
+    // MERGE_LOADS loads of O_s in flight per thread, not one L2 round trip per split (a
+    // loop that waited for each split's load ran 19 us for 48 splits of 256 rows on an H100).
+    constexpr int CHUNKS = D / 4;  // float4 columns of a row
+    static_assert(BLOCK_M * CHUNKS % THREADS == 0, "every thread has the same number of slots");
+    constexpr int SLOTS = BLOCK_M * CHUNKS / THREADS;
+    static_assert(MERGE_LOADS % SLOTS == 0, "every slot keeps the same number of splits in flight");
+    constexpr int SPLITS_IN_FLIGHT = MERGE_LOADS / SLOTS;
+    const int units = valid_rows * CHUNKS, slices = BLOCK_M / valid_rows;
+    const int64_t slice_stride = n_rows * D * slices;  // floats from a slot's split s to its split s + slices
+    const float *o_src[SLOTS], *w_src[SLOTS];  // the slot's next O_s; its row's weights
+    int first_split[SLOTS];                     // splits past the slices: an idle slot
+    float4 o_sum[SLOTS];
+#pragma unroll
+    for (int i = 0; i < SLOTS; i++) {
+        const int slot = threadIdx.x + i * THREADS, unit = slot % units, unit_row = unit / CHUNKS, residue = slot / units;
+        const PackedRow ur = unpack_row(r0 + unit_row, group, h_kv);
+        const int64_t unit_row_lse = ((int64_t)b * p.heads_q + ur.head) * p.seqlen_q + ur.query;
+        first_split[i] = residue < slices ? residue : splits;
+        o_src[i] = o_part + ((int64_t)(residue < slices ? residue : 0) * n_rows + unit_row_lse) * D + unit % CHUNKS * 4;
+        w_src[i] = split_weight + unit_row * MAX_SPLITS;
+        o_sum[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    for (int s0 = 0; s0 < splits; s0 += SPLITS_IN_FLIGHT * slices) {
+        float4 part[SPLITS_IN_FLIGHT][SLOTS];
+        float w[SPLITS_IN_FLIGHT][SLOTS];
+#pragma unroll
+        for (int j = 0; j < SPLITS_IN_FLIGHT; j++)
+#pragma unroll
+            for (int i = 0; i < SLOTS; i++) {
+                const int s = s0 + first_split[i] + j * slices;
+                part[j][i] = ldcg_float4_or_zero(o_src[i] + j * slice_stride, s < splits);
+                w[j][i] = s < splits ? w_src[i][s] : 0.0f;
+            }
+#pragma unroll
+        for (int j = 0; j < SPLITS_IN_FLIGHT; j++)
+#pragma unroll
+            for (int i = 0; i < SLOTS; i++) {
+                o_sum[i].x += w[j][i] * part[j][i].x, o_sum[i].y += w[j][i] * part[j][i].y;
+                o_sum[i].z += w[j][i] * part[j][i].z, o_sum[i].w += w[j][i] * part[j][i].w;
+            }
+#pragma unroll
+        for (int i = 0; i < SLOTS; i++) o_src[i] += SPLITS_IN_FLIGHT * slice_stride;
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) lse_max = fmaxf(lse_max, __shfl_xor_sync(0xffffffffu, lse_max, off));
-    const float shift = finite_or_zero(lse_max);  // every split empty: exp2(-inf - 0) = 0, not NaN
-    float sum = 0.0f;
-    for (int s = lane; s < splits; s += 32) sum += exp2_approx((weight[s] - shift) * LOG2E);
-#pragma unroll
-    for (int off = 16; off > 0; off /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, off);
-    const float lse = sum != 0.0f ? shift + log2f(sum) * LN2 : -INFINITY;
-    for (int s = lane; s < splits; s += 32) weight[s] = sum != 0.0f ? exp2_approx((weight[s] - lse) * LOG2E) : 0.0f;
-    __syncwarp();
-
-    float acc[COLS] = {};
-#pragma unroll COMBINE_UNROLL
-    for (int s = 0; s < splits; s++) {
-        const float *part = o_part + (s * n_rows + row) * D + lane * COLS;
-        float vals[COLS];
-        if constexpr (COLS == 4) *reinterpret_cast<float4 *>(vals) = *reinterpret_cast<const float4 *>(part);
-        else *reinterpret_cast<float2 *>(vals) = *reinterpret_cast<const float2 *>(part);
-#pragma unroll
-        for (int c = 0; c < COLS; c++) acc[c] += weight[s] * vals[c];
+    for (int i = 0; i < SLOTS; i++) o_slot_sum[threadIdx.x + i * THREADS] = o_sum[i];
+    __syncthreads();
+    // Each unit sums its slices' slots and writes its 4 elements of O, in the dtype.
+    for (int unit = threadIdx.x; unit < units; unit += THREADS) {
+        float4 acc = o_slot_sum[unit];
+        for (int k = 1; k < slices; k++) {
+            const float4 x = o_slot_sum[k * units + unit];
+            acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
+        }
+        const PackedRow ur = unpack_row(r0 + unit / CHUNKS, group, h_kv);
+        uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)ur.query * p.o_row_stride + ur.head * p.o_head_stride;
+        *reinterpret_cast<uint2 *>(o + unit % CHUNKS * 4) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
     }
-    const int b = (int)(row / ((int64_t)p.heads_q * p.seqlen_q)), h = (int)(row / p.seqlen_q % p.heads_q), i = (int)(row % p.seqlen_q);
-    uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)i * p.o_row_stride + h * p.o_head_stride + lane * COLS;
-    if constexpr (COLS == 4) *reinterpret_cast<uint2 *>(o) = make_uint2(pack2<T>(acc[0], acc[1]), pack2<T>(acc[2], acc[3]));
-    else *reinterpret_cast<uint32_t *>(o) = pack2<T>(acc[0], acc[1]);
-    if (lane == 0 && p.lse) p.lse[row] = lse;
 }
 
 // ---- the split count ---------------------------------------------------------
@@ -640,9 +798,13 @@ extern "C" size_t fa2_workspace_size(const fa2_params *p)
 {
     // Params the ABI refuses need none (fa2_supports says why); the checks also keep the
     // products below inside int64 and the group (heads_q / heads_kv) at least 1.
-    if (!fa2_validate_params(p, NULL, 0) || !fa2_refuse_kv_cache(p, NULL, 0)) return 0;
+    // Several splits: the tiles' arrival counters (fa2_workspace_counter_bytes: one int32 per
+    // row, a tile counts in its first row's), then O_s and LSE_s, 16-byte aligned after them.
+    if (!fa2_validate_params(p, NULL, 0)) return 0;
     const int splits = max_splits(p);
-    return splits > 1 ? (size_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * sizeof(float) : 0;
+    return splits > 1 ? fa2_workspace_counter_bytes(p) +
+                            (size_t)splits * p->batch * p->heads_q * p->seqlen_q * (p->head_dim + 1) * sizeof(float)
+                      : 0;
 }
 
 // The launch: the layout, the split count and what they were chosen from.
@@ -730,31 +892,29 @@ static Plan plan_of(const fa2_params *p, const fa2_limits *l)
 // ---- launcher and ABI --------------------------------------------------------
 
 // What each launch takes besides its params: the plan of the whole call, and where its
-// partial results go (one split writes O directly and touches no workspace).
+// arrivals are counted and its partial results go (one split writes O directly and
+// touches no workspace).
 struct Launch {
     Plan plan;
-    float *o_parts, *lse_parts;  // [splits][rows][D] and [splits][rows], rows = batch x heads_q x seqlen_q
+    int *counters;               // [rows], zero between calls (fa2.h), rows = batch x heads_q x seqlen_q
+    float *o_parts, *lse_parts;  // [splits][rows][D] and [splits][rows]
     cudaStream_t stream;
 };
 
 // One launch over (query tile x split, kv head, batch); a call whose batch or heads pass
 // the grid's 65,535 runs as several (fa2_for_each_grid_chunk), each with its rows'
-// share of the workspace, from row rows_before on.
+// share of the workspace, from row rows_before on: its own tiles' counters and partials.
 template <typename T, int D, typename L>
 static int launch_with(const fa2_params *p, int64_t rows_before, void *launch)
 {
     const Launch &a = *(const Launch *)launch;
-    const long long n_rows = (long long)p->batch * p->heads_q * p->seqlen_q;
+    int *counters = a.counters ? a.counters + rows_before : nullptr;
     float *o_part = a.o_parts ? a.o_parts + (size_t)a.plan.splits * rows_before * D : nullptr;
     float *lse_part = a.lse_parts ? a.lse_parts + (size_t)a.plan.splits * rows_before : nullptr;
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
     dim3 grid((unsigned)(m_blocks_of(p) * a.plan.splits), p->heads_kv, p->batch);
-    fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, o_part, lse_part);
+    fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, counters, o_part, lse_part);
     FA2_CUDA_TRY(cudaGetLastError());
-    if (a.plan.splits > 1) {
-        combine_kernel<T, D><<<(unsigned)((n_rows + COMBINE_WARPS - 1) / COMBINE_WARPS), COMBINE_WARPS * 32, 0, a.stream>>>(*p, a.plan.splits, o_part, lse_part);
-        FA2_CUDA_TRY(cudaGetLastError());
-    }
     return FA2_OK;
 }
 
@@ -764,9 +924,10 @@ static int launch(const fa2_params *p, void *stream)
     fa2_limits l;
     char why[256];
     if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
-    Launch a = {choose_plan<T, D>(p, &l), nullptr, nullptr, (cudaStream_t)stream};
+    Launch a = {choose_plan<T, D>(p, &l), nullptr, nullptr, nullptr, (cudaStream_t)stream};
     if (a.plan.splits > 1) {
-        a.o_parts = (float *)p->workspace;
+        a.counters = (int *)p->workspace;
+        a.o_parts = (float *)((char *)p->workspace + fa2_workspace_counter_bytes(p));
         a.lse_parts = a.o_parts + (size_t)a.plan.splits * p->batch * p->heads_q * p->seqlen_q * D;
     }
     return fa2_for_each_grid_chunk(p, a.plan.layout == SMALL_LAYOUT ? launch_with<T, D, SmallLayout<D>> : launch_with<T, D, LargeLayout<D>>, &a);
@@ -774,7 +935,8 @@ static int launch(const fa2_params *p, void *stream)
 
 extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
 {
-    if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
+    // A KV cache (per-sequence lengths, pages) is taken: fa2_validate_params checks its fields.
+    if (!fa2_validate_params(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
         if (why) snprintf(why, why_len, "head_dim %d (allowed: 64, 128)", p->head_dim);
         return 0;
@@ -794,7 +956,7 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
     return fa2_limits_check_smem(p->head_dim == 64 ? SmallLayout<64>::BYTES : SmallLayout<128>::BYTES, what, why, why_len);
 }
 
-// Configurations: the layout, and one split or several (+ combine).
+// Configurations: the layout, and one split or several (merged by the last to arrive).
 enum { CONFIGS = 2 * LAYOUTS };
 extern "C" int fa2_config_count(void) { return CONFIGS; }
 
@@ -817,9 +979,10 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
         return -1;
     }
     const int tiles = key_tiles_of(p, plan.block_n);
-    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s, %lld blocks, %d per SM on %d SMs",
-             BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s + combine" : "", tiles,
-             tiles > 1 ? "s" : "", plan.base_blocks * plan.splits, plan.blocks_per_sm, plan.sm_count);
+    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s%s, %lld blocks, %d per SM on %d SMs",
+             BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s" : "", tiles,
+             tiles > 1 ? "s" : "", plan.splits > 1 ? ", merged by the last to arrive" : "", plan.base_blocks * plan.splits,
+             plan.blocks_per_sm, plan.sm_count);
     return 2 * plan.layout + (plan.splits > 1);
 }
 

@@ -45,11 +45,16 @@
  * Determinism: the blocks of one kv head add into the same dQ rows in whatever order
  * they reach the atomics, and fp32 addition is not associative, so dQ can differ in
  * its last bits from run to run. FA2_DETERMINISTIC=1 in the environment (read at
- * each call, as FA2_EMULATE) gives each key block a dQ partial of its own in the
- * workspace, written with plain stores (within a block each dQ element has one
- * owner), and the convert kernel sums the partials in key-block order: the same bits
- * every run, for a workspace of (key blocks) x the fp32 size of Q
- * (fa2_backward_workspace_size reads the variable too) and no atomics.
+ * each call, as FA2_EMULATE) launches the main kernel over S key blocks at a time
+ * instead, S splits: block x of each launch adds its key block's dQ into partial x of
+ * the workspace, with the same atomics, but no two blocks of a launch share a partial
+ * and the launches on one stream run in order, so each element's additions come in one
+ * order; the convert kernel sums the S partials in order: the same bits every run, for
+ * a workspace of S fp32 copies of dQ, S at most MAX_DQ_SPLITS
+ * (fa2_backward_workspace_size reads the variable too). (A loop over key blocks inside
+ * the kernel would do the same in one launch, but the state it carries spills up to 104
+ * bytes at d128, CUDA 13.0, sm_86 to sm_90; plain loads and stores in place of the
+ * atomics, 20 to 36 bytes on sm_90.)
  *
  * What the tiles cost: at 16 keys per warp every Q and dO fragment ldmatrix brings
  * feeds one mma (step 07 explains why two m-tiles per fragment pay), and the dQ
@@ -768,7 +773,7 @@ __device__ __forceinline__ float2 unpack2(uint32_t x)
 
 // The first query block that sees key n0 (causal: row r sees keys <= r + shift, so
 // rows from n0 - shift on; all of them otherwise). The main kernel starts its walk
-// there and the convert kernel's deterministic sum skips the partials of the key
+// there and the convert kernel's deterministic sum skips the partials of the splits
 // blocks that start past a row's block: the same function, so they agree.
 __device__ __forceinline__ int first_query_block(int n0, int shift, int causal)
 {
@@ -776,18 +781,20 @@ __device__ __forceinline__ int first_query_block(int n0, int shift, int causal)
 }
 
 // The workspace: dQ's fp32 accumulator [partials][batch * heads_q * seqlen_q][D]
-// (rows in LSE order; one partial, or one per key block in the deterministic mode),
+// (rows in LSE order; one partial, or one per split in the deterministic mode),
 // then D [batch * heads_q * seqlen_q].
 struct BwdArgs {
     fa2_bwd_params p;
     float *dq_ws;        // [partials][rows][D]: the sum of dS K over key blocks, not yet scaled
     float *d_ws;         // [rows]: D = rowsum(dO * O)
     int batch0, head_kv0;  // this launch's first batch and kv head (a grid's y and z stop at 65,535)
-    int deterministic;   // 1: dq_ws has one partial per key block, written with plain stores
+    int deterministic;   // 1: the key blocks in launches of S, dq_ws one partial per split
+    int dq_partials;     // partials in dq_ws: the S splits, or 1 (the sum every key block adds to)
+    int n_block0;        // this launch's first key block (deterministic; 0 otherwise)
 };
 
-// Kernel 1: D = rowsum(dO * O), and dQ's accumulator zeroed where the atomics add into
-// it. A row's D / 8 chunks go to D / 8 consecutive lanes (16-byte loads, each 8 lanes
+// Kernel 1: D = rowsum(dO * O), and dQ's accumulators (the sum, or each split's partial)
+// zeroed. A row's D / 8 chunks go to D / 8 consecutive lanes (16-byte loads, each 8 lanes
 // of a d64 row reading one 128-byte line), which sum by shuffles.
 template <typename T, int D>
 __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArgs a)
@@ -795,7 +802,7 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArg
     constexpr int CHUNKS = D / 8;  // 16-byte chunks per row
     static_assert(32 % CHUNKS == 0 && BWD_PREP_THREADS % CHUNKS == 0, "a row's chunks sit in one warp, in every pass");
     const fa2_params &p = a.p.fwd;
-    const int64_t total = (int64_t)p.batch * p.heads_q * p.seqlen_q * CHUNKS;
+    const int64_t rows_total = (int64_t)p.batch * p.heads_q * p.seqlen_q, total = rows_total * CHUNKS;
     // The bound is warp-uniform (total and the stride are multiples of 32 apart from the
     // last pass, where lanes past the end take part with 0): every shuffle has all 32 lanes.
     for (int64_t base = (int64_t)blockIdx.x * BWD_PREP_THREADS; base < total; base += (int64_t)gridDim.x * BWD_PREP_THREADS) {
@@ -814,8 +821,8 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArg
                 const float2 x = unpack2<T>(o_regs[r]), y = unpack2<T>(dout_regs[r]);
                 acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));
             }
-            if (!a.deterministic) {
-                float4 *dq = reinterpret_cast<float4 *>(a.dq_ws + row * D + chunk * 8);
+            for (int split = 0; split < a.dq_partials; split++) {
+                float4 *dq = reinterpret_cast<float4 *>(a.dq_ws + (split * rows_total + row) * D + chunk * 8);
                 dq[0] = dq[1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
             }
         }
@@ -849,7 +856,7 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
     const uint32_t ds_saddr = do_saddr + STAGES * QTILE_BYTES;          // [BLOCK_N][BLOCK_M]: dS^T, keys x queries
     uint16_t(*ds_smem)[BLOCK_M] = reinterpret_cast<uint16_t(*)[BLOCK_M]>(smem + (2 * BLOCK_N + 2 * STAGES * BLOCK_M) * D);
 
-    const int n_block = blockIdx.x, h_kv = blockIdx.y + a.head_kv0, b = blockIdx.z + a.batch0;
+    const int n_block = a.n_block0 + blockIdx.x, h_kv = blockIdx.y + a.head_kv0, b = blockIdx.z + a.batch0;
     const int n0 = n_block * BLOCK_N;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;       // mma fragment coordinates: row group, thread in group
@@ -858,7 +865,7 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
     const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
     const float scale_log2 = p.softmax_scale * LOG2E;
     const int64_t rows_total = (int64_t)p.batch * p.heads_q * p.seqlen_q;
-    float *dq_ws = a.dq_ws + (a.deterministic ? n_block * rows_total * D : 0);  // [rows][D]: this block's partial, or the shared sum
+    float *dq_ws = a.dq_ws + (a.deterministic ? blockIdx.x * rows_total * D : 0);  // [rows][D]: this split's partial, or the shared sum
 
     // The walk: step s is query block first_qb + s % per_head of query head
     // h_kv * group + s / per_head.
@@ -1051,13 +1058,10 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
 #pragma unroll
             for (int half = 0; half < 2; half++) {
                 const int col = (dt + half) * MMA_N;
-                if (a.deterministic) {  // this block's own partial: each element has one owner here
-                    if (lo_in) *reinterpret_cast<float2 *>(dq_lo + col) = make_float2(dq_acc[half][0], dq_acc[half][1]);
-                    if (hi_in) *reinterpret_cast<float2 *>(dq_hi + col) = make_float2(dq_acc[half][2], dq_acc[half][3]);
-                } else {  // the sum every key block adds to: the result unused, so RED, not ATOM
-                    if (lo_in) atomicAdd(dq_lo + col, dq_acc[half][0]), atomicAdd(dq_lo + col + 1, dq_acc[half][1]);
-                    if (hi_in) atomicAdd(dq_hi + col, dq_acc[half][2]), atomicAdd(dq_hi + col + 1, dq_acc[half][3]);
-                }
+                // into the sum every key block adds to (or this split's partial): the result
+                // unused, so RED, not ATOM
+                if (lo_in) atomicAdd(dq_lo + col, dq_acc[half][0]), atomicAdd(dq_lo + col + 1, dq_acc[half][1]);
+                if (hi_in) atomicAdd(dq_hi + col, dq_acc[half][2]), atomicAdd(dq_hi + col + 1, dq_acc[half][3]);
             }
         }
     };
@@ -1103,7 +1107,7 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
 
 // Kernel 3: dQ = softmax_scale x the accumulated dS K, in the dtype at dq's strides, 8
 // elements (one 16-byte store) per thread. Deterministic: the sum of the key blocks'
-// partials that saw the row, in key-block order.
+// partials that saw the row, in split order.
 template <typename T, int D>
 __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_convert_kernel(const BwdArgs a)
 {
@@ -1111,18 +1115,18 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_convert_kernel(const Bwd
     const fa2_bwd_params &bp = a.p;
     const fa2_params &p = a.p.fwd;
     const int64_t rows_total = (int64_t)p.batch * p.heads_q * p.seqlen_q, total = rows_total * CHUNKS;
-    const int n_blocks = (p.seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N, shift = p.seqlen_k - p.seqlen_q;
+    const int shift = p.seqlen_k - p.seqlen_q;
     for (int64_t idx = (int64_t)blockIdx.x * BWD_PREP_THREADS + threadIdx.x; idx < total; idx += (int64_t)gridDim.x * BWD_PREP_THREADS) {
         const int64_t row = idx / CHUNKS;
         const int chunk = (int)(idx % CHUNKS);
         const int i = (int)(row % p.seqlen_q), h = (int)(row / p.seqlen_q % p.heads_q), b = (int)(row / p.seqlen_q / p.heads_q);
-        // The key blocks whose walk included row i's query block: all of them, or (causal)
-        // those up to the first that starts past it (first_query_block grows with the key
-        // block). One sum, or, deterministic, each one's partial, added in key-block order.
-        const int last_nb = a.deterministic ? n_blocks - 1 : 0;
+        // The partials whose key blocks' walks included row i's query block: the one sum,
+        // or, deterministic, the splits in order up to the first whose first key block (split
+        // x starts at key block x) starts past the row: causal, first_query_block grows with
+        // the key block, so no later key block of that split or of the next ones sees it.
         float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
-        for (int nb = 0; nb <= last_nb && first_query_block(nb * BWD_BLOCK_N, shift, p.causal) <= i / BWD_BLOCK_M; nb++) {
-            const float4 *part = reinterpret_cast<const float4 *>(a.dq_ws + (nb * rows_total + row) * D + chunk * 8);
+        for (int split = 0; split < a.dq_partials && first_query_block(split * BWD_BLOCK_N, shift, p.causal) <= i / BWD_BLOCK_M; split++) {
+            const float4 *part = reinterpret_cast<const float4 *>(a.dq_ws + (split * rows_total + row) * D + chunk * 8);
             const float4 x = part[0], y = part[1];
             lo.x += x.x, lo.y += x.y, lo.z += x.z, lo.w += x.w;
             hi.x += y.x, hi.y += y.y, hi.z += y.z, hi.w += y.w;
@@ -1148,8 +1152,18 @@ static int deterministic_mode(char *why, size_t why_len)
 
 static int64_t bwd_rows(const fa2_params *p) { return (int64_t)p->batch * p->heads_q * p->seqlen_q; }
 static int bwd_key_blocks(const fa2_params *p) { return (p->seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N; }
-// dQ partials in the workspace: one per key block in the deterministic mode, else one sum.
-static int64_t bwd_partials(const fa2_params *p, int deterministic) { return deterministic == 1 ? bwd_key_blocks(p) : 1; }
+// The deterministic mode's splits: key blocks per launch, enough that batch x kv heads x
+// splits makes about DQ_SPLIT_BLOCKS blocks (a wave of two per SM on a 132-SM H100), at
+// most MAX_DQ_SPLITS (the workspace holds that many fp32 copies of dQ) and at most the key
+// blocks. A function of the params alone, as the workspace's size must be.
+constexpr int DQ_SPLIT_BLOCKS = 256, MAX_DQ_SPLITS = 16;
+static int bwd_dq_splits(const fa2_params *p)
+{
+    const int64_t pairs = (int64_t)p->batch * p->heads_kv, want = (DQ_SPLIT_BLOCKS + pairs - 1) / pairs;
+    return (int)std::min<int64_t>(std::min<int64_t>(want, MAX_DQ_SPLITS), bwd_key_blocks(p));
+}
+// dQ partials in the workspace: one per split in the deterministic mode, else one sum.
+static int64_t bwd_partials(const fa2_params *p, int deterministic) { return deterministic == 1 ? bwd_dq_splits(p) : 1; }
 
 // Blocks of fa2_bwd_kernel<T, D, STAGES> per SM, 0 when one does not fit: the runtime's
 // occupancy query on the GPU, the same rules by arithmetic under FA2_EMULATE (as step
@@ -1191,15 +1205,18 @@ static int launch_bwd_main(BwdArgs a, cudaStream_t stream)
     constexpr int smem_bytes = bwd_smem_bytes<D, STAGES>();
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_bwd_kernel<T, D, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     const fa2_params &p = a.p.fwd;
-    // Key blocks in x (up to 2^31 - 1), kv heads and batch in y and z, one launch per
-    // 65,535 x 65,535 of them; the kernel adds head_kv0 and batch0 to its block index.
-    for (int b0 = 0; b0 < p.batch; b0 += FA2_GRID_YZ_MAX)
-        for (int h0 = 0; h0 < p.heads_kv; h0 += FA2_GRID_YZ_MAX) {
-            a.batch0 = b0, a.head_kv0 = h0;
-            dim3 grid(bwd_key_blocks(&p), min(FA2_GRID_YZ_MAX, p.heads_kv - h0), min(FA2_GRID_YZ_MAX, p.batch - b0));
-            fa2_bwd_kernel<T, D, STAGES><<<grid, BWD_THREADS, smem_bytes, stream>>>(a);
-            FA2_CUDA_TRY(cudaGetLastError());
-        }
+    // Key blocks in x (up to 2^31 - 1; deterministic, S of them per launch, in order),
+    // kv heads and batch in y and z, one launch per 65,535 x 65,535 of them; the kernel
+    // adds n_block0, head_kv0 and batch0 to its block index.
+    const int n_blocks = bwd_key_blocks(&p), per_launch = a.deterministic ? a.dq_partials : n_blocks;
+    for (int n0 = 0; n0 < n_blocks; n0 += per_launch)
+        for (int b0 = 0; b0 < p.batch; b0 += FA2_GRID_YZ_MAX)
+            for (int h0 = 0; h0 < p.heads_kv; h0 += FA2_GRID_YZ_MAX) {
+                a.n_block0 = n0, a.batch0 = b0, a.head_kv0 = h0;
+                dim3 grid(min(per_launch, n_blocks - n0), min(FA2_GRID_YZ_MAX, p.heads_kv - h0), min(FA2_GRID_YZ_MAX, p.batch - b0));
+                fa2_bwd_kernel<T, D, STAGES><<<grid, BWD_THREADS, smem_bytes, stream>>>(a);
+                FA2_CUDA_TRY(cudaGetLastError());
+            }
     return FA2_OK;
 }
 
@@ -1215,8 +1232,9 @@ static int launch_backward(const fa2_bwd_params *p, int deterministic, cudaStrea
     a.p = *p;
     a.dq_ws = (float *)p->fwd.workspace;
     a.d_ws = a.dq_ws + bwd_partials(&p->fwd, deterministic) * bwd_rows(&p->fwd) * D;
-    a.batch0 = a.head_kv0 = 0;
+    a.batch0 = a.head_kv0 = a.n_block0 = 0;
     a.deterministic = deterministic;
+    a.dq_partials = (int)bwd_partials(&p->fwd, deterministic);
     // The row kernels stride over the rows' 16-byte chunks: at most one wave of resident
     // threads, so a long problem reuses them rather than queueing blocks.
     const int64_t chunks = bwd_rows(&p->fwd) * (D / 8);
@@ -1231,7 +1249,7 @@ static int launch_backward(const fa2_bwd_params *p, int deterministic, cudaStrea
     return FA2_OK;
 }
 
-// dQ's fp32 accumulator (one per key block in the deterministic mode) and D, both per
+// dQ's fp32 accumulator (one per split in the deterministic mode) and D, both per
 // query row; the size overflowing size_t gives SIZE_MAX, which no workspace reaches.
 extern "C" size_t fa2_backward_workspace_size(const fa2_bwd_params *p)
 {
