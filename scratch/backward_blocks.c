@@ -9,9 +9,12 @@
  *    group in turn: step s is query block first_qb + s % per_head of query head
  *    h_kv group + s / per_head;
  *  - a step runs the masked body when m0 + 64 > Nq, n0 + 64 > Nk or (causal) n0 + 63 > m0 + shift;
- *  - dQ: each step adds dS K_j into the rows of its query block (red.global.add.f32, or with
- *    FA2_DETERMINISTIC=1 plain stores into the block's own partial), and bwd_convert_kernel sums,
- *    for a row of query block i, the key blocks nb = 0, 1, ... while first_query_block(64 nb) <= i.
+ *  - dQ: each step adds dS K_j into the rows of its query block (red.global.add.f32). With
+ *    FA2_DETERMINISTIC=1 the kernel runs over S key blocks per launch (S = bwd_dq_splits: about 256
+ *    blocks a launch, at most 16, at most the key blocks), key block nb adding into split nb % S
+ *    with the same atomics, and bwd_convert_kernel sums, for a row of query block i, the splits in
+ *    order while first_query_block(64 split) <= i. Where S = the key blocks (at most 16 of them and
+ *    a small batch x kv heads, as the default shape), each key block has a split of its own.
  * Then what a step costs at --dim, counted from the kernel's loops (mma.sync m16n8k16, ldmatrix.x4,
  * the dS^T stores and the dQ atomics per warp; a model: 4 wavefronts per conflict-free ldmatrix.x4,
  * 1 per conflict-free 4-byte store), the bytes it reads and adds, and the shape's totals: steps,
@@ -25,8 +28,8 @@ static const char usage[] =
     "                       [--causal 0|1] [--format text|csv] [--check]\n"
     "Step 14's backward: the blocks of its main kernel (one per key block of 64 keys and kv head), the\n"
     "query blocks of 64 rows each one walks, for every query head of its GQA group, which steps run the\n"
-    "masked body, which key blocks add into each query block of dQ (and in which order bwd_convert_kernel\n"
-    "sums their partials under FA2_DETERMINISTIC=1), and what a step and the whole shape cost.\n"
+    "masked body, which key blocks add into each query block of dQ (under FA2_DETERMINISTIC=1, into which\n"
+    "of the S splits bwd_convert_kernel sums in order), and what a step and the whole shape cost.\n"
     "  --batch, --heads, --kv-heads, --seqlen-q, --seqlen-k, --dim   the shape (default B1 Hq2 Hkv1 Nq400\n"
     "                Nk300 d128: a GQA group of two, rows that see no key, tails on both sides)\n"
     "  --causal   1 (default): bottom-right causal mask, as the kernel; 0: none\n"
@@ -154,11 +157,21 @@ static long smem_bytes(int d, int stages)
     return (2L * BWD_BLOCK_N + 2L * stages * BWD_BLOCK_M) * d * ELEM_BYTES + (long)BWD_BLOCK_N * BWD_BLOCK_M * ELEM_BYTES;
 }
 
-/* fa2_backward_workspace_size: (partials x D + 1) floats per query row. */
-static double workspace_bytes(const shape *s, const walk *w, int deterministic)
+/* bwd_dq_splits: key blocks per launch under FA2_DETERMINISTIC=1, enough for about
+ * DQ_SPLIT_BLOCKS = 256 blocks a launch, at most MAX_DQ_SPLITS = 16 and at most the key blocks. */
+static int dq_splits(const shape *s, const walk *w)
+{
+    const long pairs = (long)s->batch * s->kv_heads, want = (256 + pairs - 1) / pairs;
+    return (int)(want < 16 ? (want < w->k_blocks ? want : w->k_blocks) : (16 < w->k_blocks ? 16 : w->k_blocks));
+}
+
+/* fa2_backward_workspace_size: (partials x D + 1) floats per query row: 1 partial with the
+ * atomics, S under FA2_DETERMINISTIC=1 (a partial per key block, the mode before the splits,
+ * would be k_blocks). */
+static double workspace_bytes(const shape *s, int partials)
 {
     const double rows = (double)s->batch * s->heads * s->seqlen_q;
-    return ((deterministic ? w->k_blocks : 1) * (double)s->dim + 1) * rows * 4;
+    return (partials * (double)s->dim + 1) * rows * 4;
 }
 
 /* ---- output ---- */
@@ -236,8 +249,9 @@ static void print_text(const shape *s, const walk *w)
         print_grid(&g, grid_cell_of, &ctx);
     }
 
-    printf("\ndQ of query head 0: the key blocks that add into each query block (atomics), = the partials\n"
-           "bwd_convert_kernel sums in this order under FA2_DETERMINISTIC=1\n");
+    printf("\ndQ of query head 0: the key blocks that add into each query block (atomics); under\n"
+           "FA2_DETERMINISTIC=1 key block nb adds into split nb %% %d, summed by bwd_convert_kernel in order\n",
+           dq_splits(s, w));
     for (int qb = 0; qb < w->q_blocks; qb++) {
         if (qb >= 6 && qb < w->q_blocks - 4) {
             if (qb == 6) printf("  ...\n");
@@ -273,10 +287,11 @@ static void print_text(const shape *s, const walk *w)
            steps_all, masked, (double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N, (double)visible,
            100.0 * visible / ((double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N + (steps_all == 0)));
     printf("  FLOPs: %.4g on the tensor cores; the harness counts 2.5 forwards = %.4g\n", tile_flops, harness_flops);
-    printf("  dQ: %s of fp32 added by atomics (or stored as partials), for a dQ of %s in the dtype\n",
+    printf("  dQ: %s of fp32 added by atomics (into one sum, or S splits), for a dQ of %s in the dtype\n",
            size_of(dq_bytes), size_of((double)s->batch * s->heads * s->seqlen_q * s->dim * ELEM_BYTES));
-    printf("  workspace (fa2_backward_workspace_size): %s; with FA2_DETERMINISTIC=1, %d partials: %s\n",
-           size_of(workspace_bytes(s, w, 0)), w->k_blocks, size_of(workspace_bytes(s, w, 1)));
+    printf("  workspace (fa2_backward_workspace_size): %s; with FA2_DETERMINISTIC=1, S = %d splits: %s",
+           size_of(workspace_bytes(s, 1)), dq_splits(s, w), size_of(workspace_bytes(s, dq_splits(s, w))));
+    printf(" (a partial per key block: %d, %s)\n", w->k_blocks, size_of(workspace_bytes(s, w->k_blocks)));
 }
 
 static void print_csv(const shape *s, const walk *w)
@@ -354,8 +369,8 @@ static void check_shape(const shape *s)
     check(counted, name, "the row-by-row count disagrees with the mask");
     snprintf(name, sizeof name, "backward_blocks %s: the masked body runs exactly on the steps with a hidden pair", tag);
     check(mask_exact, name, "a step without a hidden pair is masked, or one with a hidden pair is not");
-    snprintf(name, sizeof name, "backward_blocks %s: each block visits a (query head, query block) once: every element "
-             "of its dQ partial has one writer", tag);
+    snprintf(name, sizeof name, "backward_blocks %s: each block visits a (query head, query block) once: under "
+             "FA2_DETERMINISTIC=1 an element of a split gets one add per launch", tag);
     check(distinct, name, "a block visits a (query head, query block) twice");
     snprintf(name, sizeof name, "backward_blocks %s: bwd_convert_kernel's sum for each query block takes exactly the "
              "key blocks whose walk visited it", tag);

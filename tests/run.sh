@@ -385,7 +385,7 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
       done
     fi
     # a step with a backward: dQ, dK and dV checked too, on a second PASS line; with the
-    # dQ atomics and with FA2_DETERMINISTIC=1's per-key-block partials
+    # dQ atomics and with FA2_DETERMINISTIC=1's dQ splits (at most 16, summed in order)
     grep -q fa2_refuse_backward steps/"$id"_*/kernel.cu && continue
     for det in 0 1; do
       # (at most 2^30 multiply-adds in the fp64 backward, so that the harness checks the

@@ -48,7 +48,7 @@ if [ -n "$src" ] && ! grep -q fa2_refuse_kv_cache "$src"; then
 fi
 # A step with a backward (its kernel does not answer with fa2_refuse_backward): the backward
 # too, its D, main and dQ-convert kernels, on tails with causal, GQA and Nq != Nk at d128 and
-# d64, and with FA2_DETERMINISTIC=1 (the per-key-block dQ partials and their reduction)
+# d64, and with FA2_DETERMINISTIC=1 (the dQ splits, here four, and their reduction in order)
 if [ -n "$src" ] && ! grep -q fa2_refuse_backward "$src"; then
   shapes+=("--batch 1 --heads 4 --kv-heads 2 --seqlen-q 97 --seqlen-k 161 --dim 128 --causal --dtype bf16 --backward"
            "--batch 1 --heads 2 --seqlen-q 300 --seqlen-k 40 --dim 64 --causal --backward"
