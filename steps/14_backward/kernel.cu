@@ -60,9 +60,9 @@
  * feeds one mma (step 07 explains why two m-tiles per fragment pay), and the dQ
  * atomics move M x D floats per query block per key block. FA2's sm80 backward uses
  * 8 warps over 128 keys with two warps sharing key rows (flash_bwd_launch_template.h);
- * this step keeps one layout that fits 99 KB blocks at d128 and spills nothing in the
- * kernels it launches (CUDA 13.0: the two-stage d128 one, which no 99 KB GPU chooses,
- * spills 4 bytes on sm_86 and sm_89).
+ * this step keeps one layout that fits 99 KB blocks at d128. At 255 registers ptxas
+ * spills a little (CUDA 13.0: 4 bytes at d128, 8 to 16 at d64, a cp.async address
+ * stored once per block and reloaded once per query block, outside the products).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
