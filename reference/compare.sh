@@ -12,9 +12,10 @@
 #   (reference/bandwidth_ceiling) instead of TFLOP/s and the mma ceilings. A shape with
 #   options (shapes.txt: page=N, lens=A..B) runs with the harness's --page-size and
 #   --seqlens-k, the CSV's page_size and seqlens_k columns say so, and it gets a table of
-#   its own, its GB/s counting the keys its sequences hold; torch does not run it (no paged
-#   or per-sequence input): a paged table's torch ratios are to the same shape's contiguous
-#   rows of the same run, a mixed-length table has none.
+#   its own, its GB/s counting the keys its sequences hold. It runs the steps that take a KV
+#   cache (their kernel file does not answer with fa2_refuse_kv_cache: step 13); neither
+#   cuBLAS nor torch runs it (no paged or per-sequence input): a paged table's torch ratios
+#   are to the same shape's contiguous rows of the same run, a mixed-length table has none.
 #   backward times the backward: every step that has one (its kernel file does not answer
 #   with fa2_refuse_backward; step 00 at the seed shape only, in round 1) through the
 #   harness's --backward, and torch's backward per backend (sdpa.py --backward), in the
@@ -155,13 +156,16 @@ for shape in "${shapes[@]}"; do
   fi
   # The contenders: every step that runs at this shape (the CPU step and the scalar step take
   # seconds per launch: the seed shape only), the cuBLAS baseline, and torch's backends as one.
+  # A KV cache's shape (options): the steps whose kernel file does not answer with
+  # fa2_refuse_kv_cache (the others would refuse it, exit 2, in one line each).
   contenders=()
   for bin in "${step_bins[@]}"; do
     case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || continue ;; esac
+    [ -n "$options" ] && grep -q fa2_refuse_kv_cache steps/"$(basename "$(dirname "$bin")" | cut -c5-6)"_*/kernel.c* && continue
     contenders+=("$bin")
   done
-  [ $backward = 1 ] || contenders+=(build/reference/cublas/fa2)  # no backward
-  [ $torch_ok = 1 ] && [ -z "${options:-}" ] && contenders+=(torch)  # no paged or per-sequence input
+  [ $backward = 1 ] || [ -n "$options" ] || contenders+=(build/reference/cublas/fa2)  # no backward, no KV cache
+  [ $torch_ok = 1 ] && [ -z "$options" ] && contenders+=(torch)  # no paged or per-sequence input
   for ((round = 1; round <= ROUNDS; round++)); do
     echo
     echo "== $dtype B=$b H=$h/$hkv Nq=$nq Nk=$nk d=$d $([ "$causal" = 1 ] && echo causal || echo non-causal)${options:+ $options}, round $round of $ROUNDS"
