@@ -13,15 +13,17 @@
 #include "device_limits.h"
 
 /* The columns every compare CSV has (reference/sdpa.py writes the same); key_change is the
- * step's fa2_key_change(), quoted: it may hold commas. */
+ * step's fa2_key_change(), quoted: it may hold commas. The KV cache's two come last (CSVs
+ * written before them end at key_change): page_size (--page-size, 0: contiguous) and
+ * seqlens_k (--seqlens-k's key counts joined by ';', empty: every sequence has seqlen_k). */
 #define CSV_HEADER \
     "step,device,date,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal," \
-    "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change\n"
+    "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change,page_size,seqlens_k\n"
 
 /* One row; step is fa2_name(), or "<name>_backward" for the backward's row (whose
  * rel_l2 and max_abs are the largest of dQ's, dK's and dV's, and lse_err nan). */
-static void write_csv(FILE *f, const char *step, const fa2_params *p, const char *device, fa2_stats t, double tflops,
-                      int checked, double rel_l2, double max_abs, double lse_err, const char *status)
+static void write_csv(FILE *f, const char *step, const fa2_params *p, int page_size, const char *device, fa2_stats t,
+                      double tflops, int checked, double rel_l2, double max_abs, double lse_err, const char *status)
 {
     char date[16];
     fa2_today(date, sizeof date);
@@ -34,7 +36,9 @@ static void write_csv(FILE *f, const char *step, const fa2_params *p, const char
         if (*k == '"') fputc('"', f); /* a quote inside a quoted CSV field is doubled */
         fputc(*k, f);
     }
-    fputs("\"\n", f);
+    fprintf(f, "\",%d,", page_size);
+    for (int b = 0; p->seqlens_k && b < p->batch; b++) fprintf(f, "%s%d", b ? ";" : "", (int)p->seqlens_k[b]);
+    fputc('\n', f);
 }
 
 /* Distinct, aligned stand-ins for q, k, v, o, lse, the KV cache's arrays (where p has
@@ -272,7 +276,7 @@ int main(int argc, char **argv)
            tflops, dev.name);
     fflush(stdout);
     if (opt.csv_file)
-        write_csv(opt.csv_file, fa2_name(), &p, dev.name, t, tflops, checked, checked ? chk.rel_l2 : 0,
+        write_csv(opt.csv_file, fa2_name(), &p, opt.page_size, dev.name, t, tflops, checked, checked ? chk.rel_l2 : 0,
                   checked ? chk.max_abs : 0, checked ? chk.lse_max : 0, status);
 
     int bwd_failed = 0;
@@ -310,7 +314,7 @@ int main(int argc, char **argv)
         if (opt.csv_file) {
             char step[96];
             snprintf(step, sizeof step, "%s_backward", fa2_name());
-            write_csv(opt.csv_file, step, &p, dev.name, bt, btflops, bwd_checked, rel_max, abs_max, NAN, bstatus);
+            write_csv(opt.csv_file, step, &p, opt.page_size, dev.name, bt, btflops, bwd_checked, rel_max, abs_max, NAN, bstatus);
         }
         fa2_bwd_buffers_free(&bwd, on_gpu);
         free(dout_host), free(dq_host), free(dk_host), free(dv_host);

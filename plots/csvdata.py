@@ -32,14 +32,17 @@ RENAMED = {
 
 
 def read_rows(path):
-    """Forward rows with a finite time, TFLOP/s recomputed from it: the CSV's column has 2
-    decimals, and step 00 on the CPU is below 0.01 TFLOP/s. The backward's rows (make compare
+    """Forward rows with a finite time at a dense shape (not a paged or mixed-length KV cache's
+    rows: the page_size and seqlens_k columns, absent from older CSVs), TFLOP/s recomputed
+    from it: the CSV's column has 2 decimals, and step 00 on the CPU is below 0.01 TFLOP/s. The backward's rows (make compare
     SHAPES=backward) are left out, told apart as reference/table.awk tells them: a row
     torch_sdpa_<backend>_backward, or <name>_backward after a row <name> at the same shape."""
     rows = []
     seen = set()
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
+            if r.get("page_size") not in (None, "", "0") or r.get("seqlens_k"):
+                continue  # a paged or mixed-length KV cache (make compare SHAPES=decode): no plot's
             for k in INT_FIELDS:
                 r[k] = int(r[k])
             step = r["step"]

@@ -9,9 +9,12 @@ SHAPES_TXT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file
 
 
 def read_shapes(set_name):
-    """(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, dtype) of each shape of one set."""
+    """(batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal, dtype) of each shape of one set
+    that has no options: a shape with page=N or lens=A..B (a paged or mixed-length KV cache,
+    shapes.txt's header) has no torch SDPA input and no plot."""
     with open(SHAPES_TXT) as f:
-        return [tuple(int(x) for x in w[1:8]) + (w[8],) for w in (line.split() for line in f) if w and w[0] == set_name]
+        return [tuple(int(x) for x in w[1:8]) + (w[8],) for w in (line.split() for line in f)
+                if len(w) == 9 and w[0] == set_name]
 
 
 def visible_pairs(seqlen_q, seqlen_k, causal):

@@ -9,7 +9,13 @@
 # usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
 #   SET: seed, bench, sweep, decode, backward (reference/shapes.txt), or all (bench and sweep).
 #   decode's tables give GB/s of K and V read and the % of the streaming-read bandwidth
-#   (reference/bandwidth_ceiling) instead of TFLOP/s and the mma ceilings.
+#   (reference/bandwidth_ceiling) instead of TFLOP/s and the mma ceilings. A shape with
+#   options (shapes.txt: page=N, lens=A..B) runs with the harness's --page-size and
+#   --seqlens-k, the CSV's page_size and seqlens_k columns say so, and it gets a table of
+#   its own, its GB/s counting the keys its sequences hold. It runs the steps that take a KV
+#   cache (their kernel file does not answer with fa2_refuse_kv_cache: step 13); neither
+#   cuBLAS nor torch runs it (no paged or per-sequence input): a paged table's torch ratios
+#   are to the same shape's contiguous rows of the same run, a mixed-length table has none.
 #   backward times the backward: every step that has one (its kernel file does not answer
 #   with fa2_refuse_backward; step 00 at the seed shape only, in round 1) through the
 #   harness's --backward, and torch's backward per backend (sdpa.py --backward), in the
@@ -22,7 +28,8 @@
 #   3 untimed ones (the first loads the module; a round's median needs no more warm-up).
 # Needs the binaries built (make all). Writes a new pair of files per run:
 #   results/compare-<gpu>-<date>[-N].csv   one row per contender, shape and round (the
-#                                          harness's columns); round 1 checked against fp64
+#                                          harness's columns, page_size and seqlens_k last);
+#                                          round 1 checked against fp64
 #   results/ceiling-<gpu>-<date>[-N].csv   the mma.sync m16n8k16 ceiling of the GPU, and on
 #                                          Hopper the wgmma m64n256k16 ceiling
 #   results/bandwidth-<gpu>-<date>[-N].csv the streaming-read bandwidth (SHAPES=decode)
@@ -44,9 +51,10 @@ backward=$([ "$set_name" = backward ] && echo 1 || echo 0)
 BWD_FULL_CHECK_MACS=4294967296  # 2^32: the fp64 backward on the CPU does about nine per count
 case $ROUNDS in ''|*[!0-9]*|0) echo "error: compare.sh: ROUNDS='$ROUNDS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 case $ITERS in ''|*[!0-9]*|0) echo "error: compare.sh: ITERS='$ITERS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
-# Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype", each once.
+# Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype[ options]", each once.
 # shellcheck source=reference/shapes.sh
 . reference/shapes.sh
+for s in "${sets[@]}" seed; do shapes_of "$s" >/dev/null || exit 2; done  # a malformed shape: its one line
 mapfile -t shapes < <(for s in "${sets[@]}"; do shapes_of "$s"; done | awk '!seen[$0]++')
 seed_shape=$(shapes_of seed | head -n 1)
 
@@ -131,9 +139,11 @@ run() { # run COMMAND...: one timed run; its own line says what happened
 }
 
 for shape in "${shapes[@]}"; do
-  read -r b h hkv nq nk d causal dtype <<<"$shape"
+  read -r b h hkv nq nk d causal dtype options <<<"$shape"
   args=(--batch "$b" --heads "$h" --kv-heads "$hkv" --seqlen-q "$nq" --seqlen-k "$nk" --dim "$d" --dtype "$dtype")
   [ "$causal" = 1 ] && args+=(--causal)
+  read -ra kv_flags <<<"$(shape_flags "$shape")"  # page=N, lens=A..B: --page-size, --seqlens-k
+  args+=("${kv_flags[@]}")
   # the backward's check in round 1: whole (--check full) where the harness's fp64 backward
   # is cheap, else sample, which for the backward says UNCHECKED and why (fa2_bwd_reference_macs)
   full_check=0
@@ -146,16 +156,19 @@ for shape in "${shapes[@]}"; do
   fi
   # The contenders: every step that runs at this shape (the CPU step and the scalar step take
   # seconds per launch: the seed shape only), the cuBLAS baseline, and torch's backends as one.
+  # A KV cache's shape (options): the steps whose kernel file does not answer with
+  # fa2_refuse_kv_cache (the others would refuse it, exit 2, in one line each).
   contenders=()
   for bin in "${step_bins[@]}"; do
     case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || continue ;; esac
+    [ -n "$options" ] && grep -q fa2_refuse_kv_cache steps/"$(basename "$(dirname "$bin")" | cut -c5-6)"_*/kernel.c* && continue
     contenders+=("$bin")
   done
-  [ $backward = 1 ] || contenders+=(build/reference/cublas/fa2)  # no backward
-  [ $torch_ok = 1 ] && contenders+=(torch)
+  [ $backward = 1 ] || [ -n "$options" ] || contenders+=(build/reference/cublas/fa2)  # no backward, no KV cache
+  [ $torch_ok = 1 ] && [ -z "$options" ] && contenders+=(torch)  # no paged or per-sequence input
   for ((round = 1; round <= ROUNDS; round++)); do
     echo
-    echo "== $dtype B=$b H=$h/$hkv Nq=$nq Nk=$nk d=$d $([ "$causal" = 1 ] && echo causal || echo non-causal), round $round of $ROUNDS"
+    echo "== $dtype B=$b H=$h/$hkv Nq=$nq Nk=$nk d=$d $([ "$causal" = 1 ] && echo causal || echo non-causal)${options:+ $options}, round $round of $ROUNDS"
     check=$([ "$round" = 1 ] && echo sample || echo off)  # round 1 checks against fp64; later rounds only time
     step_check=$([ "$round" = 1 ] && [ "$full_check" = 1 ] && echo full || echo "$check")
     count=${#contenders[@]}

@@ -6,7 +6,8 @@
 # shape (reference/shapes.txt) and, when the CSV has the seqlen sweep, a TFLOP/s-by-seqlen table.
 # A CSV of `make compare SHAPES=decode` rewrites the lines between
 #   <!-- decode-table:begin -->  and  <!-- decode-table:end -->
-# instead: one table per decode shape, in GB/s and % of the bandwidth-*.csv beside it.
+# instead: one table per decode shape, in GB/s and % of the bandwidth-*.csv beside it (a
+# paged or mixed-length KV cache's shape, shapes.txt's options, a table of its own).
 # A CSV of `make compare SHAPES=backward` (it holds backward rows: table.awk says which rows
 # are) rewrites the lines between
 #   <!-- backward-table:begin -->  and  <!-- backward-table:end -->
@@ -44,7 +45,7 @@ fi
 # Which shapes the run took: sweep rows mean SHAPES=all, other rows beyond the seed SHAPES=bench,
 # rows at a decode shape SHAPES=decode; the rounds are the most rows one contender has at one shape.
 has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of SET that OTHER lacks?
-  shapes_of "$1" | while read -r b h hkv nq nk d c dt; do
+  shapes_of "$1" | while read -r b h hkv nq nk d c dt _options; do
     shapes_of "$2" | grep -qxF "$b $h $hkv $nq $nk $d $c $dt" && continue
     awk -F, -v s="$dt,$b,$h,$hkv,$nq,$nk,$d,$c" 'FNR > 1 && $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 == s { f = 1 }
       END { exit !f }' "$csv" && echo yes && break
@@ -82,7 +83,9 @@ command='make compare'
 if [ $table = decode ]; then command='make compare SHAPES=decode'
 elif [ $table = backward ]; then command='make compare SHAPES=backward'
 elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
-rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11]++ }
+# (a KV cache's rows, page_size and seqlens_k after the quoted key change, are shapes of their own)
+rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { kv = NF >= 22 && $NF !~ /"$/ ? "," $(NF - 1) "," $NF : ""
+                                                                  n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 kv]++ }
                   END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
 bandwidth_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/bandwidth-/')
 [ $table = decode ] && [ -f "$bandwidth_csv" ] || bandwidth_csv=""

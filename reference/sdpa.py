@@ -33,7 +33,7 @@ import fa2  # noqa: E402
 from shapes import read_shapes, visible_pairs  # noqa: E402
 
 CSV_HEADER = ("step,device,date,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,"
-              "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change")
+              "ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change,page_size,seqlens_k")
 BACKENDS = {  # name: (step name in the CSV, what it is)
     "flash": ("torch_sdpa_flash", "PyTorch SDPA, FLASH_ATTENTION backend (FlashAttention-2)"),
     "cudnn": ("torch_sdpa_cudnn", "PyTorch SDPA, CUDNN_ATTENTION backend (cuDNN fused attention)"),
@@ -253,7 +253,7 @@ class Results:
                 text = key_change.replace('"', '""')
                 f.write(f"{step},{self.device},{self.date},{dtype},{b},{h},{hkv},{nq},{nk},{d},{int(causal)},"
                         f"{ms[0]:.5f},{ms[1]:.5f},{ms[2]:.5f},{tflops:.2f},{err[0]:.3e},{err[1]:.3e},{err[2]:.3e},"
-                        f"{status},\"{text}\"\n")
+                        f"{status},\"{text}\",0,\n")  # contiguous, every sequence seqlen_k keys
 
 
 def run_sdpa_backends(torch, args, shape, timer, results, inputs, ref):

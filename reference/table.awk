@@ -10,6 +10,16 @@
 #   step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change
 # GB/s counts the bytes of K and V (2 x batch x heads_kv x seqlen_k x head_dim x 2), each
 # read once, over the time; the bandwidth is the stream_read probe of the bandwidth CSV.
+# Rows of a KV cache (the CSV's page_size and seqlens_k columns, after key_change; CSVs
+# written before them end at key_change) are tables of their own, titled as the harness
+# prints the shape: "(Nk per sequence: A..B)" (the shortest and the longest sequence) and
+# "(K, V in pages of N)". Their GB/s count the keys the sequences hold, 2 x heads_kv x
+# head_dim x 2 bytes x the sum over the sequences of min(seqlen_k_b, seqlen_k); paging moves
+# no byte. (Q and O are not counted, at any decode shape: under 0.1% of the bytes at every
+# one, and the committed tables keep the numbers their pages quote.) A paged table's torch
+# ratios are to torch's rows at the same shape's contiguous cache (the same bytes; torch
+# SDPA has no paged input), a mixed-length table has none (torch SDPA takes no per-sequence
+# key count for a dense batch): each such table says so under its title.
 # With backward=1 (make compare SHAPES=backward) the tables are the backward's, from its rows
 # alone, each contender under its forward's name:
 #   step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | key change
@@ -30,6 +40,8 @@
 #     both columns);
 #   sweep (markdown): one more table, TFLOP/s per step at each of these shapes' seqlen;
 #   decode: the shapes that get the decode table.
+#   A shape in these lists may end with the options of reference/shapes.txt (page=N,
+#   lens=A..B): it names the rows of that KV cache.
 # Ratios are speed ratios to torch SDPA in the same CSV (> 1: faster than torch).
 # The key change is the CSV's last column (the step's fa2_key_change(), quoted).
 # POSIX awk only (mawk, busybox): the table must print where Python is not installed.
@@ -50,7 +62,7 @@ BEGIN {
         }
     n_decode = split(decode, decode_specs, ";")
     for (i = 1; i <= n_decode; i++)
-        if (split(decode_specs[i], f, " ") >= 8) is_decode[shape_key(f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8])] = 1
+        if ((key = spec_key(decode_specs[i])) != "") is_decode[key] = 1
     torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default"
     n_torch = split(torch_order, torch_names, " ")
     # The wgmma steps: one list, the Makefile's HOPPER_STEPS.
@@ -72,7 +84,19 @@ BEGIN {
 
 FNR == 1 && $1 == "step" { next }
 NF >= 19 {
-    key = shape_key($5, $6, $7, $8, $9, $10, $11, $4)
+    # a row with the KV cache's columns ends with seqlens_k, one without it with the quoted key change
+    kv_cols = NF >= 22 && $NF !~ /"$/ ? 2 : 0
+    lens = kv_cols ? $NF : ""
+    n_lens = split(lens, len_list, ";")
+    lo = hi = ""; keys_held = 0
+    for (i = 1; i <= n_lens; i++) {
+        len = len_list[i] + 0
+        if (lo == "" || len < lo) lo = len
+        if (hi == "" || len > hi) hi = len
+        keys_held += len < $9 + 0 ? len : $9 + 0
+    }
+    key = shape_key($5, $6, $7, $8, $9, $10, $11, $4, kv_cols ? $(NF - 1) : 0, n_lens ? lo ".." hi : "")
+    kv_keys[key] = n_lens ? keys_held : $5 * $9
     has_row[key, $1] = 1
     is_bwd = $1 ~ /^torch_sdpa_[a-z]+_backward$/ || ($1 ~ /_backward$/ && (key, substr($1, 1, length($1) - 9)) in has_row)
     n_backward += is_bwd
@@ -82,17 +106,17 @@ NF >= 19 {
     if (!(key in seen_shape)) { seen_shape[key] = 1; shape_order[++n_shapes] = key }
     if (!((key, step_name) in n_rounds)) { steps_of[key] = steps_of[key] " " step_name; n_rounds[key, step_name] = 0; status[key, step_name] = "UNCHECKED" }
     device[key, step_name] = $2
-    if (NF >= 20) key_text[step_name] = unquote(20)
+    if (NF >= 20 + kv_cols) key_text[step_name] = unquote(20, NF - kv_cols)
     if ($19 == "UNSUPPORTED") { status[key, step_name] = "UNSUPPORTED"; next }
     if (valid($12)) times[key, step_name, ++n_rounds[key, step_name]] = $12 + 0
     # a failed check in any round shows; else the checked round's PASS
     if ($19 == "FAIL" || ($19 == "PASS" && status[key, step_name] != "FAIL")) status[key, step_name] = $19
 }
 
-# Fields from `from` to NF, joined by the commas the split took out, without the CSV quotes.
-function unquote(from,    i, s) {
+# Fields from `from` to `to`, joined by the commas the split took out, without the CSV quotes.
+function unquote(from, to,    i, s) {
     s = $from
-    for (i = from + 1; i <= NF; i++) s = s "," $i
+    for (i = from + 1; i <= to; i++) s = s "," $i
     gsub(/^"|"$/, "", s)
     gsub(/""/, "\"", s)
     return s
@@ -106,7 +130,27 @@ function visible_pairs(nq, nk, causal,    shift) {
     return nk * (nk + 1) / 2
 }
 
-function shape_key(b, h, hkv, nq, nk, d, causal, dtype) { return dtype "|" b " " h " " hkv " " nq " " nk " " d " " causal }
+# A dense shape's key, "dtype|b h hkv nq nk d causal"; a KV cache's adds "|page=N" (page > 0)
+# and "|lens=A..B" (lens: the shortest and the longest sequence's key count).
+function shape_key(b, h, hkv, nq, nk, d, causal, dtype, page, lens) {
+    return dtype "|" b " " h " " hkv " " nq " " nk " " d " " causal (page + 0 > 0 ? "|page=" page + 0 : "") \
+           (lens != "" ? "|lens=" lens : "")
+}
+
+# The key of a shape as shapes.txt writes it, "b h hkv nq nk d causal dtype[ page=N][ lens=A..B]"
+# ("" if it has fewer than eight fields).
+function spec_key(spec,    f, n, i, page, lens) {
+    if ((n = split(spec, f, " ")) < 8) return ""
+    page = 0; lens = ""
+    for (i = 9; i <= n; i++) {
+        if (f[i] ~ /^page=/) page = substr(f[i], 6)
+        if (f[i] ~ /^lens=/) lens = substr(f[i], 6)
+    }
+    return shape_key(f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8], page, lens)
+}
+
+# The dense shape of a key (its KV cache's parts left out).
+function dense_key(key,    parts) { split(key, parts, "|"); return parts[1] "|" parts[2] }
 
 function valid(x) { return x ~ /^[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?$/ && x + 0 > 0 }
 
@@ -120,12 +164,12 @@ function median_ms(key, step,    n, i, j, a, tmp) {
     return n % 2 ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
 
-# GB/s of K and V (each element read once) from the median time.
+# GB/s of K and V (each element read once: the keys the sequences hold) from the median time.
 function gbps_of(key, step,    f, m) {
     m = median_ms(key, step)
     if (m == "") return ""
     split(key, f, "|"); split(f[2], f, " ")
-    return 2 * f[1] * f[3] * f[5] * f[6] * 2 / (m * 1e-3) / 1e9
+    return 2 * (key in kv_keys ? kv_keys[key] : f[1] * f[5]) * f[3] * f[6] * 2 / (m * 1e-3) / 1e9
 }
 
 function tflops_of(key, step,    f, m) {
@@ -149,12 +193,14 @@ function fmt_ms(x) { return x == "" ? "-" : (x < 1 ? sprintf("%.4f", x) : (x < 1
 function fmt_tflops(x) { return x == "" ? "-" : (x < 1 ? sprintf("%.3f", x) : (x < 100 ? sprintf("%.1f", x) : sprintf("%.0f", x))) }
 function fmt_ratio(x, ref) { return x == "" || ref == "" ? "-" : (x / ref < 0.01 ? "<0.01x" : sprintf("%.2fx", x / ref)) }
 
-function title(key,    parts, f, dtype, seqlen) {
-    split(key, parts, "|"); dtype = parts[1]
+function title(key,    parts, n, f, dtype, seqlen, kv, i) {
+    n = split(key, parts, "|"); dtype = parts[1]
     split(parts[2], f, " ")
     seqlen = f[4] == f[5] ? "N=" f[4] : "Nq=" f[4] ", Nk=" f[5]
+    for (i = 3; i <= n; i++) if (parts[i] ~ /^lens=/) kv = kv " (Nk per sequence: " substr(parts[i], 6) ")"
+    for (i = 3; i <= n; i++) if (parts[i] ~ /^page=/) kv = kv " (K, V in pages of " substr(parts[i], 6) ")"
     return dtype ", B=" f[1] ", H=" f[2] (f[3] != f[2] ? " (KV " f[3] ")" : "") ", " seqlen ", d=" f[6] ", " \
-           (f[7] == 1 ? "causal" : "non-causal")
+           (f[7] == 1 ? "causal" : "non-causal") kv
 }
 
 # The text table's format: the label and the time, then five numbers, padded to `widths`
@@ -178,14 +224,14 @@ function print_row(key, s, widths, c1, c2, c3, c4, c5,    label, kc) {
     }
 }
 
-# A shape's title and its table's header: the markdown header (its rule has one right-aligned
-# column per number between the first and the last) or the text one.
-function print_header(key, md_head, text_head,    n, cells, rule, i) {
-    if (mode != "markdown") { printf "\n== %s\n%s\n", title(key), text_head; return }
+# A shape's title, a note under it if any, and its table's header: the markdown header (its
+# rule has one right-aligned column per number between the first and the last) or the text one.
+function print_header(key, md_head, text_head, note,    n, cells, rule, i) {
+    if (mode != "markdown") { printf "\n== %s\n%s%s\n", title(key), note == "" ? "" : note "\n", text_head; return }
     n = split(md_head, cells, "|") - 2  # the cells between the outer bars
     rule = "|---|"
     for (i = 2; i < n; i++) rule = rule "---:|"
-    printf "\n**%s**\n\n%s\n%s|\n", title(key), md_head, rule "---"
+    printf "\n**%s**\n\n%s%s\n%s|\n", title(key), note == "" ? "" : note "\n\n", md_head, rule "---"
 }
 
 function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, parts, widths, is_step) {
@@ -216,13 +262,22 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     }
 }
 
-# The decode table: bytes, not flops, are the work.
-function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, widths) {
-    flash = gbps_of(key, "torch_sdpa_flash"); cudnn = gbps_of(key, "torch_sdpa_cudnn"); dflt = gbps_of(key, "torch_sdpa_default")
+# The decode table: bytes, not flops, are the work. A KV cache's table takes its torch ratios
+# from the contiguous cache's rows (paged: the same bytes) or has none (per-sequence lengths).
+function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, widths, base, note) {
+    base = key
+    if (key ~ /\|lens=/) {
+        base = ""
+        note = "No torch ratios: torch SDPA takes no per-sequence key count for a dense batch (short of padding every sequence to the longest)."
+    } else if (key ~ /\|page=/) {
+        base = dense_key(key)
+        note = "Torch ratios against torch SDPA on the contiguous cache of the same shape (the same bytes; torch SDPA has no paged input)."
+    }
+    flash = gbps_of(base, "torch_sdpa_flash"); cudnn = gbps_of(base, "torch_sdpa_cudnn"); dflt = gbps_of(base, "torch_sdpa_default")
     widths = "-36 10 8 15 13 9 16"
     print_header(key, "| step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change |",
                  sprintf(text_format(widths, "s"), "step", "time (ms)", "GB/s", "% of bandwidth", "vs torch-FA2",
-                         "vs cuDNN", "vs default SDPA", "rounds", "key change"))
+                         "vs cuDNN", "vs default SDPA", "rounds", "key change"), note)
     for (i = 1; i <= n; i++) {
         s = list[i]
         gb = gbps_of(key, s)
@@ -253,9 +308,7 @@ function print_sweep(    specs, n_specs, i, j, k, key, keys, n_keys, steps, n_st
     n_specs = split(sweep, specs, ";")
     n_keys = 0; n_steps = 0
     for (i = 1; i <= n_specs; i++) {
-        if (split(specs[i], f, " ") < 8) continue
-        key = shape_key(f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8])
-        if (!(key in seen_shape)) continue
+        if ((key = spec_key(specs[i])) == "" || !(key in seen_shape)) continue
         keys[++n_keys] = key
         n = split(steps_of[key], list, " ")
         for (j = 1; j <= n; j++) if (!(list[j] in in_sweep)) { in_sweep[list[j]] = 1; steps[++n_steps] = list[j] }
@@ -284,9 +337,7 @@ END {
     } else {
         n_specs = split(shapes, specs, ";")
         for (i = 1; i <= n_specs; i++) {
-            if (split(specs[i], f, " ") < 8) continue
-            key = shape_key(f[1], f[2], f[3], f[4], f[5], f[6], f[7], f[8])
-            if (key in seen_shape) print_table(key)
+            if ((key = spec_key(specs[i])) != "" && key in seen_shape) print_table(key)
         }
     }
     if (mode == "markdown" && sweep != "") print_sweep()

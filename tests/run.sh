@@ -121,6 +121,16 @@ for args in "--batch 4 --seqlen-q 4 --seqlen-k 300 --seqlens-k 0,1,64,300 --caus
   # shellcheck disable=SC2086
   expect_pass "step 00 $args" build/step00/fa2 $args --iters 1
 done
+# the CSV records the KV cache in its last two columns (page_size, seqlens_k joined by ';'),
+# after the quoted key change; a dense run writes 0 and nothing
+rm -f "$LOG/kv.csv"
+build/step00/fa2 --batch 3 --seqlen-q 1 --seqlen-k 600 --seqlens-k 17,0,600 --page-size 16 --iters 1 --csv "$LOG/kv.csv" >/dev/null 2>&1
+build/step00/fa2 --batch 2 --seqlen 64 --iters 1 --csv "$LOG/kv.csv" >/dev/null 2>&1
+if [ "$(head -n 1 "$LOG/kv.csv" | grep -o ',key_change,page_size,seqlens_k$')" = ",key_change,page_size,seqlens_k" ] &&
+   sed -n 2p "$LOG/kv.csv" | grep -q '^00_cpu_reference,CPU,.*,3,8,8,1,600,128,0,.*,PASS,".*",16,17;0;600$' &&
+   sed -n 3p "$LOG/kv.csv" | grep -q '^00_cpu_reference,CPU,.*,2,8,8,64,64,128,0,.*,PASS,".*",0,$'; then
+  result PASS "the harness's CSV ends with page_size and seqlens_k (16 and 17;0;600; a dense run 0 and nothing)"
+else result FAIL "the harness's CSV columns page_size and seqlens_k" "$(cat "$LOG/kv.csv")"; fi
 # the backward: dQ, dK, dV against the fp64 backward given step 00's O, on a second line
 for args in "--seqlen 100 --heads 2 --batch 1 --backward" \
             "--seqlen-q 33 --seqlen-k 150 --causal --dtype bf16 --dim 64 --heads 4 --kv-heads 1 --backward" \
@@ -293,6 +303,69 @@ grep -q 'allowed: seed, bench, sweep, decode, backward, all' "$LOG/cli.err" && r
   result FAIL "compare.sh's allowed sets" "$(cat "$LOG/cli.err")"
 n=$(bash -c '. reference/shapes.sh; shapes_of backward' | wc -l)
 [ "$n" = 6 ] && result PASS "reference/shapes.txt has the six backward shapes" || result FAIL "the backward set of shapes.txt" "$n shapes, want 6"
+# A decode run's rows with a KV cache, as compare.sh SHAPES=decode writes them (page_size and
+# seqlens_k after the key change): B1 H32/8 Nk32768 contiguous, in pages of 16 and of 256, two
+# rounds each, and the batch of 32 mixed lengths (shapes.txt's lens=128..32768: 199,409 keys)
+# contiguous and in pages of 16, with torch at the contiguous shape only.
+dec_dir=$LOG/decode-csv
+mkdir -p "$dec_dir"
+lens=$(bash -c '. reference/shapes.sh; shape_flags "32 32 8 1 32768 128 0 bf16 lens=128..32768"' | sed -e 's/^--seqlens-k //' -e 's/,/;/g')
+kc='"split-KV decode: a GQA group'"'"'s heads packed as rows, keys split over blocks and warps, merged by LSE"'
+{
+  echo "step,device,date,dtype,batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal,ms_median,ms_min,ms_max,tflops,rel_l2,max_abs,lse_err,status,key_change,page_size,seqlens_k"
+  for round in 1 2; do
+    st=$([ $round = 1 ] && echo PASS || echo UNCHECKED)
+    echo "13_split_kv,GPU X,2026-11-25,bf16,1,32,8,1,32768,128,0,0.07000,0.06900,0.07100,0.12,1.000e-03,1.000e-03,1.000e-06,$st,$kc,0,"
+    echo "torch_sdpa_flash,GPU X,2026-11-25,bf16,1,32,8,1,32768,128,0,0.08000,0.07900,0.08100,0.10,1.000e-03,1.000e-03,1.000e-06,$st,\"PyTorch SDPA, FLASH_ATTENTION backend (FlashAttention-2)\",0,"
+    echo "13_split_kv,GPU X,2026-11-25,bf16,1,32,8,1,32768,128,0,0.0714$round,0.07000,0.07200,0.12,1.000e-03,1.000e-03,1.000e-06,$st,$kc,16,"
+    echo "13_split_kv,GPU X,2026-11-25,bf16,1,32,8,1,32768,128,0,0.0800$round,0.07900,0.08100,0.10,1.000e-03,1.000e-03,1.000e-06,$st,$kc,256,"
+  done
+  echo "13_split_kv,GPU X,2026-11-25,bf16,32,32,8,1,32768,128,0,0.40000,0.39000,0.41000,0.50,1.000e-03,1.000e-03,1.000e-06,PASS,$kc,0,$lens"
+  echo "13_split_kv,GPU X,2026-11-25,bf16,32,32,8,1,32768,128,0,0.41000,0.40000,0.42000,0.50,1.000e-03,1.000e-03,1.000e-06,PASS,$kc,16,$lens"
+} >"$dec_dir/compare-gpu-x-2026-11-25.csv"
+printf 'probe,device,date,gbps\nstream_read,GPU X,2026-11-25,3000\n' >"$dec_dir/bandwidth-gpu-x-2026-11-25.csv"
+# GB/s = 2 x keys x 8 x 128 x 2 / time: 1917 contiguous (0.07 ms, 2^15 keys) = 63.9% of 3000 and
+# 1.14x torch-FA2 (0.08 ms); pages of 16, 0.07141/0.07142 ms: 1879, 62.6%, 1.12x the contiguous
+# cache's torch; the mixed batch, 199,409 keys: 2042 GB/s (0.40 ms, 68.1%), paged 1992 (66.4%), no torch
+dec_ok=1
+cp docs/results-h100.md "$LOG/page.md"
+if bash reference/readme_table.sh "$dec_dir/compare-gpu-x-2026-11-25.csv" "$LOG/page.md" >"$LOG/page.log" 2>&1; then
+  out=$(awk '/<!-- decode-table:end -->/ { inside = 0 } inside; /<!-- decode-table:begin -->/ { inside = 1 }' "$LOG/page.md")
+  want_lines=("**bf16, B=1, H=32 (KV 8), Nq=1, Nk=32768, d=128, non-causal**"
+              "**bf16, B=1, H=32 (KV 8), Nq=1, Nk=32768, d=128, non-causal (K, V in pages of 16)**"
+              "**bf16, B=1, H=32 (KV 8), Nq=1, Nk=32768, d=128, non-causal (K, V in pages of 256)**"
+              "**bf16, B=32, H=32 (KV 8), Nq=1, Nk=32768, d=128, non-causal (Nk per sequence: 128..32768)**"
+              "**bf16, B=32, H=32 (KV 8), Nq=1, Nk=32768, d=128, non-causal (Nk per sequence: 128..32768) (K, V in pages of 16)**"
+              "| 13_split_kv | 0.0700 | 1917 | 63.9% | 1.14x | - | - | ${kc//\"/} |"
+              "| 13_split_kv | 0.0714 | 1879 | 62.6% | 1.12x | - | - | ${kc//\"/} |"
+              "| 13_split_kv | 0.4000 | 2042 | 68.1% | - | - | - | ${kc//\"/} |"
+              "| 13_split_kv | 0.4100 | 1992 | 66.4% | - | - | - | ${kc//\"/} |"
+              "Torch ratios against torch SDPA on the contiguous cache of the same shape (the same bytes; torch SDPA has no paged input)."
+              "No torch ratios: torch SDPA takes no per-sequence key count for a dense batch (short of padding every sequence to the longest).")
+  for line in "${want_lines[@]}"; do grep -qxF "$line" <<<"$out" || { dec_ok=0; echo "  missing: $line"; }; done
+  [ "$(grep -c '^\*\*bf16' <<<"$out")" = 5 ] || { dec_ok=0; echo "  want 5 tables, got $(grep -c '^\*\*bf16' <<<"$out")"; }
+  [ "$(grep -c '^| 13_split_kv ' <<<"$out")" = 5 ] || { dec_ok=0; echo "  want 5 rows of step 13"; }
+  grep -q 'with `make compare SHAPES=decode` in 2 rounds' <<<"$out" || { dec_ok=0; echo "  want 2 rounds"; }
+else dec_ok=0; fi
+[ $dec_ok = 1 ] && result PASS "readme_table.sh with a decode CSV of paged and mixed-length rows: a table each, GB/s of the keys held, torch from the contiguous cache" ||
+  result FAIL "readme_table.sh with paged and mixed-length decode rows" "$(tail -n 2 "$LOG/page.log"; grep '^\*\*\|^| 13' "$LOG/page.md" | head -n 20)"
+# shapes.sh: the options of shapes.txt, their flags, and a malformed option refused in one line
+printf 'decode 4 8 2 1 1000 64 0 bf16 lens=10..1000 page=32\ndecode 4 8 2 1 1000 64 0 bf16\n' >"$LOG/shapes-good.txt"
+out=$(SHAPES_TXT=$LOG/shapes-good.txt bash -c '. reference/shapes.sh; shapes_of decode | while read -r s; do shape_flags "$s"; echo "[$s]"; done' 2>&1)
+want=$'--seqlens-k 10,46,215,1000 --page-size 32\n[4 8 2 1 1000 64 0 bf16 lens=10..1000 page=32]\n\n[4 8 2 1 1000 64 0 bf16]'
+[ "$out" = "$want" ] && result PASS "shapes.sh: page=N and lens=A..B as --page-size and --seqlens-k (geometric, A to B)" ||
+  result FAIL "shapes.sh's options" "$out"
+for bad in "page=48" "page=8" "page=512" "lens=0..100" "lens=200..100" "lens=10..2000" "lens=10-100" "pages=16" "page=16 page=32"; do
+  printf 'decode 4 8 2 1 1000 64 0 bf16 %s\n' "$bad" >"$LOG/shapes-bad.txt"
+  expect_error 2 "shapes.sh refuses '$bad'" env SHAPES_TXT="$LOG/shapes-bad.txt" bash -c '. reference/shapes.sh; shapes_of decode'
+done
+printf 'decode 1 8 2 1 1000 64 0 bf16 lens=10..100\n' >"$LOG/shapes-bad.txt"
+expect_error 2 "shapes.sh refuses lens= at batch 1" env SHAPES_TXT="$LOG/shapes-bad.txt" bash -c '. reference/shapes.sh; shapes_of decode'
+printf 'decode 4 8 2 1 1000 64 0\n' >"$LOG/shapes-bad.txt"
+expect_error 2 "shapes.sh refuses a shape of seven fields" env SHAPES_TXT="$LOG/shapes-bad.txt" bash -c '. reference/shapes.sh; shapes_of decode'
+n=$(bash -c '. reference/shapes.sh; shapes_of decode' | grep -c 'page=\|lens=')
+[ "$n" = 14 ] && result PASS "reference/shapes.txt's decode set has 14 KV-cache shapes (6 x pages of 16 and 256, the mixed batch twice)" ||
+  result FAIL "the KV-cache shapes of shapes.txt's decode set" "$n, want 14"
 
 echo "== Python: the torch binding (python/fa2.py) with step 00, sdpa.py's fp64 backward, and the plots"
 if python3 -c 'import torch' >/dev/null 2>&1; then

@@ -26,8 +26,10 @@ if [[ $set_or_args == -* ]]; then
 else
   # shellcheck source=reference/shapes.sh
   . reference/shapes.sh
-  while read -r b h hkv nq nk d causal dtype; do
-    shapes+=("--batch $b --heads $h --kv-heads $hkv --seqlen-q $nq --seqlen-k $nk --dim $d --dtype $dtype$([ "$causal" = 1 ] && echo " --causal")")
+  while read -r b h hkv nq nk d causal dtype options; do
+    # options (page=N, lens=A..B): the harness's --page-size, --seqlens-k
+    kv=$(shape_flags "$b $h $hkv $nq $nk $d $causal $dtype $options")
+    shapes+=("--batch $b --heads $h --kv-heads $hkv --seqlen-q $nq --seqlen-k $nk --dim $d --dtype $dtype$([ "$causal" = 1 ] && echo " --causal")${kv:+ $kv}")
   done < <(shapes_of "$set_or_args")
   [ ${#shapes[@]} -gt 0 ] || { echo "error: tools/ab.sh: SHAPES='$set_or_args' is no set of reference/shapes.txt" >&2; exit 2; }
 fi
@@ -53,6 +55,8 @@ rm -f "$one"
 echo "medians over the rounds (ms):"
 awk -F, -v names="${names[*]}" '
   NR > 1 { key = "B"$5" H"$6"/"$7" N"$8" d"$10" "$4" c"$11
+           # the KV cache (the harness columns page_size and seqlens_k, before variant,round)
+           if ($(NF-2) !~ /"$/) key = key ($(NF-3) > 0 ? " page" $(NF-3) : "") ($(NF-2) != "" ? " lens" : "")
            if (!(key in seen)) { seen[key] = 1; order[++n_keys] = key }
            t[key, $(NF-1), ++count[key, $(NF-1)]] = $12 }
   # the median of t[key, v, 1 .. count] (insertion sort: a few rounds)

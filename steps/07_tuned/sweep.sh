@@ -32,7 +32,8 @@ for c in "${candidates[@]}"; do
   rm -f "$dir/run.csv"
   echo "== WARPS=$1 M_TILES=$2 BLOCK_N=$3: $(grep -o 'Used [0-9]* registers' "$dir/ptxas.txt" | tr '\n' ' ')$(grep -o '[0-9]* bytes spill stores' "$dir/ptxas.txt" | sort -u | tr '\n' ' ')"
   for shape in "${shapes[@]}"; do
-    read -r b h hkv nq nk d causal dtype <<<"$shape"
+    read -r b h hkv nq nk d causal dtype options <<<"$shape"
+    [ -n "$options" ] && continue  # a KV cache's shape (shapes.txt's options): step 07 refuses it
     args=(--batch "$b" --heads "$h" --kv-heads "$hkv" --seqlen-q "$nq" --seqlen-k "$nk" --dim "$d" --dtype "$dtype")
     [ "$causal" = 1 ] && args+=(--causal)
     "$dir/fa2" "${args[@]}" --iters "$iters" --csv "$dir/run.csv" || true
