@@ -484,31 +484,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     run.seqlens_k = NULL; /* the KV cache's arrays go to the GPU below */
     int32_t *table_dev = NULL, *lens_dev = NULL;
     size_t table_elems = 0;
-    if (pr.block_table) { /* Q dense; K and V page pools [num_pages, page_size, heads_kv, d], each in NaN guards */
-        fa2_params paged;
-        fa2_problem_step_params(&pr, &paged); /* the page fields, and K's and V's strides in the pool */
-        const tensor_layout lpool = {paged.num_pages, paged.page_size, paged.heads_kv, paged.head_dim,
-                                     paged.k_batch_stride + (c->kv_pad ? 64 : 0), paged.k_row_stride, paged.k_head_stride};
-        const uint16_t *dense[3] = {pr.q, pr.k_pages, pr.v_pages};
-        const tensor_layout lays[3] = {lq, lpool, lpool};
-        for (int i = 0; i < 3; i++) inputs[i] = upload_tensors(1, &dense[i], &lays[i], &base);
-        run.q = inputs[0].dev + base, run.k = inputs[1].dev + base, run.v = inputs[2].dev + base;
-        set_strides(&lq, &run.q_batch_stride, &run.q_row_stride, &run.q_head_stride);
-        set_strides(&lpool, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
-        set_strides(&lpool, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
-        run.page_size = paged.page_size, run.max_pages = paged.max_pages, run.num_pages = paged.num_pages;
-        /* The table's rows, padded by kv_pad with an unowned page (its rows NaN). */
-        run.block_table_batch_stride = paged.max_pages + (c->kv_pad ? 3 : 0);
-        table_elems = (size_t)p.batch * run.block_table_batch_stride;
-        int32_t *table = fa2_xmalloc(table_elems * 4, "the block table");
-        const int32_t spare = unowned_page(&pr, &paged);
-        for (int b = 0; b < p.batch; b++)
-            for (int64_t e = 0; e < run.block_table_batch_stride; e++)
-                table[b * run.block_table_batch_stride + e] = e < paged.max_pages ? pr.block_table[(size_t)b * paged.max_pages + e] : spare;
-        table_dev = upload_ints(table, table_elems);
-        free(table);
-        run.block_table = table_dev + GUARD;
-    } else if (c->lay == PACKED_QKV) { /* one [batch, seqlen, 3, heads, d] tensor behind three views */
+    if (c->lay == PACKED_QKV && !pr.block_table) { /* one [batch, seqlen, 3, heads, d] tensor behind three views */
         tensor_layout packed = lq;
         packed.rs = 3 * lq.rs, packed.bs = packed.rs * p.seqlen_q;
         const uint16_t *dense[3] = {pr.q, pr.k, pr.v};
@@ -520,14 +496,36 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
         set_strides(&packed, &run.q_batch_stride, &run.q_row_stride, &run.q_head_stride);
         set_strides(&packed, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
         set_strides(&packed, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
-    } else {
+    } else { /* Q, K and V apart, each in NaN guards; paged: K and V are page pools [num_pages, page_size, heads_kv, d] */
+        fa2_params paged;
+        tensor_layout lk = lkv;
         const uint16_t *dense[3] = {pr.q, pr.k, pr.v};
-        const tensor_layout lays[3] = {lq, lkv, lkv};
+        if (pr.block_table) {
+            fa2_problem_step_params(&pr, &paged); /* the page fields, and K's and V's strides in the pool */
+            lk = (tensor_layout){paged.num_pages, paged.page_size, paged.heads_kv, paged.head_dim,
+                                 paged.k_batch_stride + (c->kv_pad ? 64 : 0), paged.k_row_stride, paged.k_head_stride};
+            dense[1] = pr.k_pages, dense[2] = pr.v_pages;
+        }
+        const tensor_layout lays[3] = {lq, lk, lk};
         for (int i = 0; i < 3; i++) inputs[i] = upload_tensors(1, &dense[i], &lays[i], &base);
         run.q = inputs[0].dev + base, run.k = inputs[1].dev + base, run.v = inputs[2].dev + base;
         set_strides(&lq, &run.q_batch_stride, &run.q_row_stride, &run.q_head_stride);
-        set_strides(&lkv, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
-        set_strides(&lkv, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
+        set_strides(&lk, &run.k_batch_stride, &run.k_row_stride, &run.k_head_stride);
+        set_strides(&lk, &run.v_batch_stride, &run.v_row_stride, &run.v_head_stride);
+        if (pr.block_table) {
+            run.page_size = paged.page_size, run.max_pages = paged.max_pages, run.num_pages = paged.num_pages;
+            /* The table's rows, padded by kv_pad with an unowned page (its rows NaN). */
+            run.block_table_batch_stride = paged.max_pages + (c->kv_pad ? 3 : 0);
+            table_elems = (size_t)p.batch * run.block_table_batch_stride;
+            int32_t *table = fa2_xmalloc(table_elems * 4, "the block table");
+            const int32_t spare = unowned_page(&pr, &paged);
+            for (int b = 0; b < p.batch; b++)
+                for (int64_t e = 0; e < run.block_table_batch_stride; e++)
+                    table[b * run.block_table_batch_stride + e] = e < paged.max_pages ? pr.block_table[(size_t)b * paged.max_pages + e] : spare;
+            table_dev = upload_ints(table, table_elems);
+            free(table);
+            run.block_table = table_dev + GUARD;
+        }
     }
     if (c->seqlens) {
         lens_dev = upload_ints(pr.seqlens_k, (size_t)p.batch);
