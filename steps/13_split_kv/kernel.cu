@@ -311,6 +311,16 @@ struct PackedRow {
     int query, head;
 };
 __device__ __forceinline__ PackedRow unpack_row(int r, int group, int h_kv) { return {r / group, h_kv * group + r % group}; }
+// Where a packed row's results go: its index in fa2.h's LSE order (also the row of each
+// split's partials and of the arrival counters), and its row of O.
+__device__ __forceinline__ int64_t lse_row_of(const fa2_params &p, int b, PackedRow pr)
+{
+    return ((int64_t)b * p.heads_q + pr.head) * p.seqlen_q + pr.query;
+}
+__device__ __forceinline__ uint16_t *o_row_of(const fa2_params &p, int b, PackedRow pr)
+{
+    return (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)pr.query * p.o_row_stride + pr.head * p.o_head_stride;
+}
 
 // ---- the kernel --------------------------------------------------------------
 
@@ -624,9 +634,9 @@ __global__ void __launch_bounds__(THREADS)
     const int valid_rows = min(BLOCK_M, rows - r0);  // rows of the tile past the kv head's last are padding
     const int64_t n_rows = (int64_t)p.batch * p.heads_q * p.seqlen_q;  // rows of LSE, and of each split's partials
     const PackedRow pr = unpack_row(r0 + row, group, h_kv);
-    const int64_t lse_row = ((int64_t)b * p.heads_q + pr.head) * p.seqlen_q + pr.query;  // fa2.h's LSE order
+    const int64_t lse_row = lse_row_of(p, b, pr);
     if (row < valid_rows) {
-        uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)pr.query * p.o_row_stride + pr.head * p.o_head_stride;
+        uint16_t *o = o_row_of(p, b, pr);
 #pragma unroll
         for (int c = col0; c < D; c += 4 * ROW_THREADS) {
             float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -663,7 +673,7 @@ __global__ void __launch_bounds__(THREADS)
     bool last = false;
     if (threadIdx.x == 0) {
         const PackedRow first = unpack_row(r0, group, h_kv);  // the tile's counter is its first row's
-        int *counter = counters + ((int64_t)b * p.heads_q + first.head) * p.seqlen_q + first.query;
+        int *counter = counters + lse_row_of(p, b, first);
         __threadfence();
         last = atomicAdd(counter, 1) == splits - 1;
         if (last) {
@@ -736,7 +746,7 @@ __global__ void __launch_bounds__(THREADS)
     for (int i = 0; i < SLOTS; i++) {
         const int slot = threadIdx.x + i * THREADS, unit = slot % units, unit_row = unit / CHUNKS, residue = slot / units;
         const PackedRow ur = unpack_row(r0 + unit_row, group, h_kv);
-        const int64_t unit_row_lse = ((int64_t)b * p.heads_q + ur.head) * p.seqlen_q + ur.query;
+        const int64_t unit_row_lse = lse_row_of(p, b, ur);
         first_split[i] = residue < slices ? residue : splits;
         o_src[i] = o_part + ((int64_t)(residue < slices ? residue : 0) * n_rows + unit_row_lse) * D + unit % CHUNKS * 4;
         w_src[i] = split_weight + unit_row * MAX_SPLITS;
@@ -774,7 +784,7 @@ __global__ void __launch_bounds__(THREADS)
             acc.x += x.x, acc.y += x.y, acc.z += x.z, acc.w += x.w;
         }
         const PackedRow ur = unpack_row(r0 + unit / CHUNKS, group, h_kv);
-        uint16_t *o = (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)ur.query * p.o_row_stride + ur.head * p.o_head_stride;
+        uint16_t *o = o_row_of(p, b, ur);
         *reinterpret_cast<uint2 *>(o + unit % CHUNKS * 4) = make_uint2(pack2<T>(acc.x, acc.y), pack2<T>(acc.z, acc.w));
     }
 }
