@@ -1,0 +1,264 @@
+#!/usr/bin/env python3
+"""Variants of step 14's backward for run 85's A/B: each is steps/14_backward/kernel.cu with
+pieces replaced, as tools/variant_src.py does (every OLD occurs in the kernel exactly once,
+or nothing is written), written to build/ab/14_NAME.cu for
+
+  make variant step=14 NAME=NAME SRC=build/ab/14_NAME.cu
+
+usage: python3 results/2026-11-25-h100-r21/bwd_variants.py [NAME ...]   (default: every variant)
+       python3 results/2026-11-25-h100-r21/bwd_variants.py --list
+
+What run 84 measured on fa2_bwd_kernel<__half, 128, 2> (B4 H16 N4096 d128, H100): 2 warps
+per scheduler, 0.15 eligible per cycle, short-scoreboard 6.70 cycles per issued
+instruction, 39.7% of all stall samples on HMMA waiting for the LDSM that feeds it, and the
+fp32 dQ atomics (REDG) 9.7% of the samples, 7.0 points of them MIO throttle. The variants:
+
+  pipe_kq    S^T = K Q^T and dP^T = V dO^T: each B fragment loaded PF_KQ fragments (of
+             two mma each) before the mma that read it, a k-step's A with its first B
+             (a rolling prefetch over the flattened (k-step, n-tile pair) order).
+  pipe       pipe_kq, and the same rolling prefetch in dV += P^T dO, dK += dS^T Q and
+             dQ = dS K; dQ's first K fragments (K never changes in shared memory) are
+             loaded before the barrier that publishes dS^T.
+  red2       the dQ atomics in pairs on sm_90 (atomicAdd of a float2: one
+             red.global.add.v2.f32 for the two columns 2t, 2t + 1 of a lane's row):
+             half the REDG; sm_80 keeps the scalar form.
+  pipe_red2  pipe and red2 together.
+
+Each does the same multiply-adds in the same order per accumulator (the prefetch only
+moves loads; a float2 atomic adds each of its two floats as the scalar one does), so the
+results are those of the kernel up to the order in which blocks reach the atomics, as now.
+"""
+import os
+import sys
+
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+SRC = "steps/14_backward/kernel.cu"
+
+# ---- S^T = K Q^T and dP^T = V dO^T: the k-loop of keys_times_queries_t ----------------
+KQ_OLD = """#pragma unroll
+        for (int kk = 0; kk < D / MMA_K; kk++) {
+            // A (row major, as Q in the forward): rows lane % 16, chunk 2 kk + lane / 16 = a0..a3.
+            uint32_t a_frag[4];  // [a0..a3] of the warp's keys for d k-step kk
+            ldmatrix_x4(a_frag, a_rows.at(keys_saddr, warp_key0, 2 * kk));
+#pragma unroll
+            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {
+                // B^T, element (k = d, n = query) = B[query][d]: B's rows are the n of the mma's B,
+                // as K's in the forward: queries 8 nt + 0-7 (lanes 0-15) or + 8-15, d chunk
+                // 2 kk + lane / 8 % 2.
+                uint32_t b_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(b_frag, b_rows.at(queries_saddr, nt * MMA_N, 2 * kk));
+                mma_m16n8k16<T>(acc[nt], a_frag, b_frag[0], b_frag[1]);
+                mma_m16n8k16<T>(acc[nt + 1], a_frag, b_frag[2], b_frag[3]);
+            }
+        }"""
+KQ_NEW = """        // Software-pipelined: fragment f is the B of n-tiles 2 (f % NB), + 1 in k-step f / NB;
+        // it is loaded PF_KQ fragments (2 PF_KQ mma) before the mma that read it, and a
+        // k-step's A with its first B (A double-buffered: PF_KQ <= NB, so a_frag[kk % 2]
+        // is never overwritten while k-step kk still reads it).
+        constexpr int NB = BLOCK_M / (2 * MMA_N), FR = D / MMA_K * NB, PF_KQ = 2;
+        static_assert(PF_KQ >= 1 && PF_KQ <= NB, "A's two buffers hold k-steps kk and kk + 1 only");
+        uint32_t a_frag[2][4];          // [k-step % 2][a0..a3] of the warp's keys
+        uint32_t b_frag[PF_KQ + 1][4];  // [fragment % (PF_KQ + 1)][b0, b1 of n-tile nt, of nt + 1]
+        auto load_kq = [&](int f) {
+            const int kk = f / NB, nt = f % NB * 2;
+            if (f % NB == 0) ldmatrix_x4(a_frag[kk % 2], a_rows.at(keys_saddr, warp_key0, 2 * kk));
+            ldmatrix_x4(b_frag[f % (PF_KQ + 1)], b_rows.at(queries_saddr, nt * MMA_N, 2 * kk));
+        };
+#pragma unroll
+        for (int f = 0; f < PF_KQ; f++) load_kq(f);
+#pragma unroll
+        for (int f = 0; f < FR; f++) {
+            if (f + PF_KQ < FR) load_kq(f + PF_KQ);
+            const int kk = f / NB, nt = f % NB * 2, bf = f % (PF_KQ + 1);
+            mma_m16n8k16<T>(acc[nt], a_frag[kk % 2], b_frag[bf][0], b_frag[bf][1]);
+            mma_m16n8k16<T>(acc[nt + 1], a_frag[kk % 2], b_frag[bf][2], b_frag[bf][3]);
+        }"""
+
+# ---- dV += P^T dO -----------------------------------------------------------------------
+DV_OLD = """#pragma unroll
+        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
+            uint32_t p_frag[4];  // [a0..a3]: P^T of the warp's keys x queries 16 j .. 16 j + 15
+            p_frag[0] = pack2<T>(st_acc[2 * j][0], st_acc[2 * j][1]);
+            p_frag[1] = pack2<T>(st_acc[2 * j][2], st_acc[2 * j][3]);
+            p_frag[2] = pack2<T>(st_acc[2 * j + 1][0], st_acc[2 * j + 1][1]);
+            p_frag[3] = pack2<T>(st_acc[2 * j + 1][2], st_acc[2 * j + 1][3]);
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                uint32_t do_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(do_frag, bt_rows.at(dos_saddr, j * MMA_K, dt));
+                mma_m16n8k16<T>(dv_acc[dt], p_frag, do_frag[0], do_frag[1]);
+                mma_m16n8k16<T>(dv_acc[dt + 1], p_frag, do_frag[2], do_frag[3]);
+            }
+        }"""
+DV_NEW = """        // Software-pipelined: fragment f is dO's B of d-tiles 2 (f % DT2), + 1 in k-step j = f / DT2,
+        // loaded PF_T fragments (2 PF_T mma) before the mma that read it.
+        constexpr int DT2 = D / (2 * MMA_N), FR_T = BLOCK_M / MMA_K * DT2, PF_T = 2;
+        uint32_t do_frag[PF_T + 1][4];  // [fragment % (PF_T + 1)][b0, b1 of d-tile dt, of dt + 1]
+        auto load_do = [&](int f) { ldmatrix_x4_trans(do_frag[f % (PF_T + 1)], bt_rows.at(dos_saddr, f / DT2 * MMA_K, f % DT2 * 2)); };
+#pragma unroll
+        for (int f = 0; f < PF_T; f++) load_do(f);
+        uint32_t p_frag[4];  // [a0..a3]: P^T of the warp's keys x queries 16 j .. 16 j + 15
+#pragma unroll
+        for (int f = 0; f < FR_T; f++) {
+            if (f + PF_T < FR_T) load_do(f + PF_T);
+            const int j = f / DT2, dt = f % DT2 * 2, bf = f % (PF_T + 1);
+            if (dt == 0) {
+                p_frag[0] = pack2<T>(st_acc[2 * j][0], st_acc[2 * j][1]);
+                p_frag[1] = pack2<T>(st_acc[2 * j][2], st_acc[2 * j][3]);
+                p_frag[2] = pack2<T>(st_acc[2 * j + 1][0], st_acc[2 * j + 1][1]);
+                p_frag[3] = pack2<T>(st_acc[2 * j + 1][2], st_acc[2 * j + 1][3]);
+            }
+            mma_m16n8k16<T>(dv_acc[dt], p_frag, do_frag[bf][0], do_frag[bf][1]);
+            mma_m16n8k16<T>(dv_acc[dt + 1], p_frag, do_frag[bf][2], do_frag[bf][3]);
+        }"""
+
+# ---- dS^T to shared memory and dK += dS^T Q ----------------------------------------------
+DK_OLD = """#pragma unroll
+        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
+            uint32_t ds_frag[4];  // [a0..a3]: dS^T of the warp's keys x queries 16 j .. 16 j + 15
+            ds_frag[0] = pack2<T>(dpt_acc[2 * j][0], dpt_acc[2 * j][1]);
+            ds_frag[1] = pack2<T>(dpt_acc[2 * j][2], dpt_acc[2 * j][3]);
+            ds_frag[2] = pack2<T>(dpt_acc[2 * j + 1][0], dpt_acc[2 * j + 1][1]);
+            ds_frag[3] = pack2<T>(dpt_acc[2 * j + 1][2], dpt_acc[2 * j + 1][3]);
+            const int key_lo = warp_key0 + g, key_hi = key_lo + 8, col = j * MMA_K + 2 * t;
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col)]) = ds_frag[0];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col)]) = ds_frag[1];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col + 8)]) = ds_frag[2];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col + 8)]) = ds_frag[3];
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                uint32_t q_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(q_frag, bt_rows.at(qs_saddr, j * MMA_K, dt));
+                mma_m16n8k16<T>(dk_acc[dt], ds_frag, q_frag[0], q_frag[1]);
+                mma_m16n8k16<T>(dk_acc[dt + 1], ds_frag, q_frag[2], q_frag[3]);
+            }
+        }"""
+DK_NEW = """        // Software-pipelined as dV: Q's fragment f loaded PF_T fragments before its mma.
+        uint32_t q_frag[PF_T + 1][4];  // [fragment % (PF_T + 1)][b0, b1 of d-tile dt, of dt + 1]
+        auto load_q = [&](int f) { ldmatrix_x4_trans(q_frag[f % (PF_T + 1)], bt_rows.at(qs_saddr, f / DT2 * MMA_K, f % DT2 * 2)); };
+#pragma unroll
+        for (int f = 0; f < PF_T; f++) load_q(f);
+        uint32_t ds_frag[4];  // [a0..a3]: dS^T of the warp's keys x queries 16 j .. 16 j + 15
+#pragma unroll
+        for (int f = 0; f < FR_T; f++) {
+            if (f + PF_T < FR_T) load_q(f + PF_T);
+            const int j = f / DT2, dt = f % DT2 * 2, bf = f % (PF_T + 1);
+            if (dt == 0) {
+                ds_frag[0] = pack2<T>(dpt_acc[2 * j][0], dpt_acc[2 * j][1]);
+                ds_frag[1] = pack2<T>(dpt_acc[2 * j][2], dpt_acc[2 * j][3]);
+                ds_frag[2] = pack2<T>(dpt_acc[2 * j + 1][0], dpt_acc[2 * j + 1][1]);
+                ds_frag[3] = pack2<T>(dpt_acc[2 * j + 1][2], dpt_acc[2 * j + 1][3]);
+                const int key_lo = warp_key0 + g, key_hi = key_lo + 8, col = j * MMA_K + 2 * t;
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col)]) = ds_frag[0];
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col)]) = ds_frag[1];
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col + 8)]) = ds_frag[2];
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col + 8)]) = ds_frag[3];
+            }
+            mma_m16n8k16<T>(dk_acc[dt], ds_frag, q_frag[bf][0], q_frag[bf][1]);
+            mma_m16n8k16<T>(dk_acc[dt + 1], ds_frag, q_frag[bf][2], q_frag[bf][3]);
+        }"""
+
+# ---- dQ += dS K ---------------------------------------------------------------------------
+DQ_OLD = """        __syncthreads();  // every warp's keys of dS^T are in shared memory
+"""
+DQ_NEW = """        // dQ's first K fragments before the barrier: K_j never changes in shared memory.
+        constexpr int KJ = BLOCK_N / MMA_K, FR_Q = D / (2 * MMA_N) * KJ, PF_Q = 2;
+        uint32_t k_frag[PF_Q + 1][4];  // [fragment % (PF_Q + 1)][b0, b1 of d-tile dt, of dt + 1]
+        // fragment f: K's B of d-tiles 2 (f / KJ), + 1 for key k-step f % KJ
+        auto load_k = [&](int f) { ldmatrix_x4_trans(k_frag[f % (PF_Q + 1)], bt_rows.at(k_saddr, f % KJ * MMA_K, f / KJ * 2)); };
+#pragma unroll
+        for (int f = 0; f < PF_Q; f++) load_k(f);
+        __syncthreads();  // every warp's keys of dS^T are in shared memory
+"""
+DQ_LOOP_OLD = """#pragma unroll
+        for (int dt = 0; dt < D / MMA_N; dt += 2) {
+            float dq_acc[2][4] = {};  // [d-tile dt, dt + 1][c0..c3]: queries q_lo, q_lo + 8; cols 2t, 2t + 1
+#pragma unroll
+            for (int kj = 0; kj < BLOCK_N / MMA_K; kj++) {
+                uint32_t k_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(k_frag, bt_rows.at(k_saddr, kj * MMA_K, dt));
+                mma_m16n8k16<T>(dq_acc[0], dst_frag[kj], k_frag[0], k_frag[1]);
+                mma_m16n8k16<T>(dq_acc[1], dst_frag[kj], k_frag[2], k_frag[3]);
+            }
+#pragma unroll
+            for (int half = 0; half < 2; half++) {"""
+DQ_LOOP_NEW = """        // Software-pipelined: K's fragment f loaded PF_Q fragments before its mma.
+        float dq_acc[2][4];  // [d-tile dt, dt + 1][c0..c3]: queries q_lo, q_lo + 8; cols 2t, 2t + 1
+#pragma unroll
+        for (int f = 0; f < FR_Q; f++) {
+            if (f + PF_Q < FR_Q) load_k(f + PF_Q);
+            const int dt = f / KJ * 2, kj = f % KJ, bf = f % (PF_Q + 1);
+            if (kj == 0) {
+#pragma unroll
+                for (int e = 0; e < 4; e++) dq_acc[0][e] = dq_acc[1][e] = 0.0f;
+            }
+            mma_m16n8k16<T>(dq_acc[0], dst_frag[kj], k_frag[bf][0], k_frag[bf][1]);
+            mma_m16n8k16<T>(dq_acc[1], dst_frag[kj], k_frag[bf][2], k_frag[bf][3]);
+            if (kj < KJ - 1) continue;
+#pragma unroll
+            for (int half = 0; half < 2; half++) {"""
+
+# ---- the dQ atomics in pairs on sm_90 -------------------------------------------------------
+RED_OLD = """                if (lo_in) atomicAdd(dq_lo + col, dq_acc[half][0]), atomicAdd(dq_lo + col + 1, dq_acc[half][1]);
+                if (hi_in) atomicAdd(dq_hi + col, dq_acc[half][2]), atomicAdd(dq_hi + col + 1, dq_acc[half][3]);"""
+RED_NEW = """                if (lo_in) red_add2(dq_lo + col, dq_acc[half][0], dq_acc[half][1]);
+                if (hi_in) red_add2(dq_hi + col, dq_acc[half][2], dq_acc[half][3]);"""
+RED_HELPER_OLD = """constexpr int BWD_MIN_BLOCKS = 2;
+"""
+RED_HELPER_NEW = """constexpr int BWD_MIN_BLOCKS = 2;
+
+// dst[0] += x, dst[1] += y in global memory, the result unused: on sm_90 one vector
+// reduction (red.global.add.v2.f32, PTX 8.1) for the two, 8-byte aligned (dst is column
+// 2t + 8 dt of a row of D floats in a 16-byte aligned workspace); before it two scalar ones.
+__device__ __forceinline__ void red_add2(float *dst, float x, float y)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd(reinterpret_cast<float2 *>(dst), make_float2(x, y));
+#else
+    atomicAdd(dst, x), atomicAdd(dst + 1, y);
+#endif
+}
+"""
+
+PIPE_KQ = [(KQ_OLD, KQ_NEW)]
+PIPE = PIPE_KQ + [(DV_OLD, DV_NEW), (DK_OLD, DK_NEW), (DQ_OLD, DQ_NEW), (DQ_LOOP_OLD, DQ_LOOP_NEW)]
+RED2 = [(RED_HELPER_OLD, RED_HELPER_NEW), (RED_OLD, RED_NEW)]
+VARIANTS = {
+    "pipe_kq": PIPE_KQ,
+    "pipe": PIPE,
+    "red2": RED2,
+    "pipe_red2": PIPE + RED2,
+}
+
+
+def write(name, pairs):
+    text = open(os.path.join(ROOT, SRC)).read()
+    pairs = pairs + [('"14_backward"', f'"14_{name}"')]  # fa2_name: the harness's rows say which
+    for old, new in pairs:
+        if text.count(old) != 1:
+            print(f"error: bwd_variants: {name}: '{old.strip()[:60]}' occurs {text.count(old)} times in {SRC} (allowed: once)",
+                  file=sys.stderr)
+            return 1
+        text = text.replace(old, new)
+    dst = os.path.join(ROOT, "build", "ab", f"14_{name}.cu")  # as deep as SRC: its #include lines resolve
+    os.makedirs(os.path.dirname(dst), exist_ok=True)
+    with open(dst, "w") as f:
+        f.write(text)
+    print(f"build/ab/14_{name}.cu")
+    return 0
+
+
+def main(argv):
+    if argv[1:] == ["--list"]:
+        print(" ".join(VARIANTS))
+        return 0
+    names = argv[1:] or list(VARIANTS)
+    bad = [n for n in names if n not in VARIANTS]
+    if bad:
+        print(f"error: bwd_variants: no variant {' '.join(bad)} (allowed: {' '.join(VARIANTS)})", file=sys.stderr)
+        return 2
+    return max(write(n, VARIANTS[n]) for n in names)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
