@@ -55,7 +55,7 @@ KQ_NEW = """        // Software-pipelined: fragment f is the B of n-tiles 2 (f %
         // it is loaded PF_KQ fragments (2 PF_KQ mma) before the mma that read it, and a
         // k-step's A with its first B (A double-buffered: PF_KQ <= NB, so a_frag[kk % 2]
         // is never overwritten while k-step kk still reads it).
-        constexpr int NB = BLOCK_M / (2 * MMA_N), FR = D / MMA_K * NB, PF_KQ = 2;
+        constexpr int NB = BLOCK_M / (2 * MMA_N), FR = D / MMA_K * NB, PF_KQ = 4;
         static_assert(PF_KQ >= 1 && PF_KQ <= NB, "A's two buffers hold k-steps kk and kk + 1 only");
         uint32_t a_frag[2][4];          // [k-step % 2][a0..a3] of the warp's keys
         uint32_t b_frag[PF_KQ + 1][4];  // [fragment % (PF_KQ + 1)][b0, b1 of n-tile nt, of nt + 1]
@@ -92,7 +92,7 @@ DV_OLD = """#pragma unroll
         }"""
 DV_NEW = """        // Software-pipelined: fragment f is dO's B of d-tiles 2 (f % DT2), + 1 in k-step j = f / DT2,
         // loaded PF_T fragments (2 PF_T mma) before the mma that read it.
-        constexpr int DT2 = D / (2 * MMA_N), FR_T = BLOCK_M / MMA_K * DT2, PF_T = 2;
+        constexpr int DT2 = D / (2 * MMA_N), FR_T = BLOCK_M / MMA_K * DT2, PF_T = 6;
         uint32_t do_frag[PF_T + 1][4];  // [fragment % (PF_T + 1)][b0, b1 of d-tile dt, of dt + 1]
         auto load_do = [&](int f) { ldmatrix_x4_trans(do_frag[f % (PF_T + 1)], bt_rows.at(dos_saddr, f / DT2 * MMA_K, f % DT2 * 2)); };
 #pragma unroll
@@ -162,7 +162,7 @@ DK_NEW = """        // Software-pipelined as dV: Q's fragment f loaded PF_T frag
 DQ_OLD = """        __syncthreads();  // every warp's keys of dS^T are in shared memory
 """
 DQ_NEW = """        // dQ's first K fragments before the barrier: K_j never changes in shared memory.
-        constexpr int KJ = BLOCK_N / MMA_K, FR_Q = D / (2 * MMA_N) * KJ, PF_Q = 2;
+        constexpr int KJ = BLOCK_N / MMA_K, FR_Q = D / (2 * MMA_N) * KJ, PF_Q = 6;
         uint32_t k_frag[PF_Q + 1][4];  // [fragment % (PF_Q + 1)][b0, b1 of d-tile dt, of dt + 1]
         // fragment f: K's B of d-tiles 2 (f / KJ), + 1 for key k-step f % KJ
         auto load_k = [&](int f) { ldmatrix_x4_trans(k_frag[f % (PF_Q + 1)], bt_rows.at(k_saddr, f % KJ * MMA_K, f / KJ * 2)); };
@@ -220,14 +220,204 @@ __device__ __forceinline__ void red_add2(float *dst, float x, float y)
 }
 """
 
+# ---- the step's queries in two parts: S^T and dP^T of 32 queries at a time -------------------
+PARTS_SIG_OLD = """    auto keys_times_queries_t = [&](float (&acc)[BLOCK_M / MMA_N][4], uint32_t keys_saddr, uint32_t queries_saddr) {
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;"""
+PARTS_SIG_NEW = """    // The query block in Q_PARTS parts (see query_step): the products take QNT n-tiles from query q0.
+    constexpr int Q_PARTS = 2, QNT = BLOCK_M / MMA_N / Q_PARTS;
+    static_assert(QNT % 2 == 0, "a part is whole k-steps of 16 queries for dV and dK");
+    auto keys_times_queries_t = [&](float (&acc)[QNT][4], uint32_t keys_saddr, uint32_t queries_saddr, int q0) {
+#pragma unroll
+        for (int nt = 0; nt < QNT; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;"""
+PARTS_NT_OLD = """            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {"""
+PARTS_NT_NEW = """            for (int nt = 0; nt < QNT; nt += 2) {"""
+PARTS_B_OLD = """ldmatrix_x4(b_frag, b_rows.at(queries_saddr, nt * MMA_N, 2 * kk));"""
+PARTS_B_NEW = """ldmatrix_x4(b_frag, b_rows.at(queries_saddr, q0 + nt * MMA_N, 2 * kk));"""
+PARTS_BODY_OLD = """        // S^T = K_j Q_i^T: the warp's 16 keys x BLOCK_M queries.
+        float st_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3]: keys g, g+8; queries 8 nt + 2t, + 1
+        keys_times_queries_t(st_acc, k_saddr, qs_saddr);
+
+        // P^T = exp2(S^T scale log2e - LSE log2e), in place. Masked: a hidden pair (a key
+        // past seqlen_k or past the row's causal limit, a row past seqlen_q) is selected
+        // to 0, never computed from -inf: a row that sees no key has LSE = -inf, and
+        // -inf - -inf would be NaN. (Every row of it is masked, so its LSE is never used.)
+        auto visible = [&](int nt, int e) {
+            const int key = n0 + warp_key0 + g + (e >= 2 ? 8 : 0), row = m0 + nt * MMA_N + 2 * t + (e & 1);
+            return row < p.seqlen_q && key < p.seqlen_k && (!p.causal || key <= row + shift);
+        };
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int q_col = nt * MMA_N + 2 * t + c;  // this lane's query column
+                const float lse_log2 = !MASKED || m0 + q_col < p.seqlen_q ? p.lse[row0 + q_col] * LOG2E : 0.0f;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float prob = exp2_approx(fmaf(st_acc[nt][2 * r + c], scale_log2, -lse_log2));
+                    st_acc[nt][2 * r + c] = !MASKED || visible(nt, 2 * r + c) ? prob : 0.0f;
+                }
+            }
+
+        // dV_j += P^T dO_i. The C fragments of query n-tiles 2j, 2j + 1 are the A fragment of
+        // k-step j. B = dO (k = query, n = d): dO's rows are the k of B, transposed on the way
+        // as V in the forward: queries 16 j + 0-7 / 8-15 (lane / 8 % 2), chunk dt + lane / 16.
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
+            uint32_t p_frag[4];  // [a0..a3]: P^T of the warp's keys x queries 16 j .. 16 j + 15
+            p_frag[0] = pack2<T>(st_acc[2 * j][0], st_acc[2 * j][1]);
+            p_frag[1] = pack2<T>(st_acc[2 * j][2], st_acc[2 * j][3]);
+            p_frag[2] = pack2<T>(st_acc[2 * j + 1][0], st_acc[2 * j + 1][1]);
+            p_frag[3] = pack2<T>(st_acc[2 * j + 1][2], st_acc[2 * j + 1][3]);
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                uint32_t do_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(do_frag, bt_rows.at(dos_saddr, j * MMA_K, dt));
+                mma_m16n8k16<T>(dv_acc[dt], p_frag, do_frag[0], do_frag[1]);
+                mma_m16n8k16<T>(dv_acc[dt + 1], p_frag, do_frag[2], do_frag[3]);
+            }
+        }
+
+        // dP^T = V_j dO_i^T: as S^T, with V for K and dO for Q.
+        float dpt_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3], as st_acc
+        keys_times_queries_t(dpt_acc, v_saddr, dos_saddr);
+
+        // dS^T = P^T * (dP^T - D), in place in dpt_acc; masked pairs are 0 (a NaN in V at a key
+        // a row does not see must not reach that row's dQ through 0 x NaN).
+#pragma unroll
+        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int q_col = nt * MMA_N + 2 * t + c;
+                const float d_row = !MASKED || m0 + q_col < p.seqlen_q ? a.d_ws[row0 + q_col] : 0.0f;
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const float ds = st_acc[nt][2 * r + c] * (dpt_acc[nt][2 * r + c] - d_row);
+                    dpt_acc[nt][2 * r + c] = !MASKED || visible(nt, 2 * r + c) ? ds : 0.0f;
+                }
+            }
+
+        // dS^T to shared memory for dQ (swizzled: the 8 rows g of a fragment store land in 8
+        // different 16-byte chunks of the 128-byte row, so the 4-byte stores are conflict-free),
+        // and dK_j += dS^T Q_i from the same registers: B = Q (k = query, n = d), transposed on
+        // the way as dO above.
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
+            uint32_t ds_frag[4];  // [a0..a3]: dS^T of the warp's keys x queries 16 j .. 16 j + 15
+            ds_frag[0] = pack2<T>(dpt_acc[2 * j][0], dpt_acc[2 * j][1]);
+            ds_frag[1] = pack2<T>(dpt_acc[2 * j][2], dpt_acc[2 * j][3]);
+            ds_frag[2] = pack2<T>(dpt_acc[2 * j + 1][0], dpt_acc[2 * j + 1][1]);
+            ds_frag[3] = pack2<T>(dpt_acc[2 * j + 1][2], dpt_acc[2 * j + 1][3]);
+            const int key_lo = warp_key0 + g, key_hi = key_lo + 8, col = j * MMA_K + 2 * t;
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col)]) = ds_frag[0];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col)]) = ds_frag[1];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col + 8)]) = ds_frag[2];
+            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col + 8)]) = ds_frag[3];
+#pragma unroll
+            for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                uint32_t q_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(q_frag, bt_rows.at(qs_saddr, j * MMA_K, dt));
+                mma_m16n8k16<T>(dk_acc[dt], ds_frag, q_frag[0], q_frag[1]);
+                mma_m16n8k16<T>(dk_acc[dt + 1], ds_frag, q_frag[2], q_frag[3]);
+            }
+        }"""
+PARTS_BODY_NEW = """        // The step's queries in Q_PARTS parts of BLOCK_M / Q_PARTS: S^T, P^T, dV, dP^T, dS^T and
+        // dK for one part at a time, so S^T and dP^T hold QNT n-tiles each (16 + 16 fp32 a lane
+        // at Q_PARTS = 2 instead of 32 + 32); each accumulator adds the same products in the
+        // same order as over the whole block (dV and dK's k-steps j go 0, 1 | 2, 3).
+        auto visible = [&](int nt, int e) {  // nt: the n-tile in the step (0 .. BLOCK_M / MMA_N - 1)
+            const int key = n0 + warp_key0 + g + (e >= 2 ? 8 : 0), row = m0 + nt * MMA_N + 2 * t + (e & 1);
+            return row < p.seqlen_q && key < p.seqlen_k && (!p.causal || key <= row + shift);
+        };
+#pragma unroll
+        for (int part = 0; part < Q_PARTS; part++) {
+            const int nt0 = part * QNT, j0 = nt0 / 2;  // the part's first query n-tile and k-step of 16
+
+            // S^T = K_j Q_i^T: the warp's 16 keys x the part's queries.
+            float st_acc[QNT][4];  // [query n-tile - nt0][c0..c3]: keys g, g+8; queries 8 (nt0 + nt) + 2t, + 1
+            keys_times_queries_t(st_acc, k_saddr, qs_saddr, nt0 * MMA_N);
+
+            // P^T = exp2(S^T scale log2e - LSE log2e), in place, masked as the kernel does.
+#pragma unroll
+            for (int nt = 0; nt < QNT; nt++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int q_col = (nt0 + nt) * MMA_N + 2 * t + c;  // this lane's query column
+                    const float lse_log2 = !MASKED || m0 + q_col < p.seqlen_q ? p.lse[row0 + q_col] * LOG2E : 0.0f;
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const float prob = exp2_approx(fmaf(st_acc[nt][2 * r + c], scale_log2, -lse_log2));
+                        st_acc[nt][2 * r + c] = !MASKED || visible(nt0 + nt, 2 * r + c) ? prob : 0.0f;
+                    }
+                }
+
+            // dV_j += P^T dO_i over the part's k-steps j0 + j.
+#pragma unroll
+            for (int j = 0; j < QNT / 2; j++) {
+                uint32_t p_frag[4];  // [a0..a3]: P^T of the warp's keys x queries 16 (j0 + j) .. + 15
+                p_frag[0] = pack2<T>(st_acc[2 * j][0], st_acc[2 * j][1]);
+                p_frag[1] = pack2<T>(st_acc[2 * j][2], st_acc[2 * j][3]);
+                p_frag[2] = pack2<T>(st_acc[2 * j + 1][0], st_acc[2 * j + 1][1]);
+                p_frag[3] = pack2<T>(st_acc[2 * j + 1][2], st_acc[2 * j + 1][3]);
+#pragma unroll
+                for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                    uint32_t do_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                    ldmatrix_x4_trans(do_frag, bt_rows.at(dos_saddr, (j0 + j) * MMA_K, dt));
+                    mma_m16n8k16<T>(dv_acc[dt], p_frag, do_frag[0], do_frag[1]);
+                    mma_m16n8k16<T>(dv_acc[dt + 1], p_frag, do_frag[2], do_frag[3]);
+                }
+            }
+
+            // dP^T = V_j dO_i^T: as S^T, with V for K and dO for Q.
+            float dpt_acc[QNT][4];  // [query n-tile - nt0][c0..c3], as st_acc
+            keys_times_queries_t(dpt_acc, v_saddr, dos_saddr, nt0 * MMA_N);
+
+            // dS^T = P^T * (dP^T - D), in place in dpt_acc; masked pairs are 0.
+#pragma unroll
+            for (int nt = 0; nt < QNT; nt++)
+#pragma unroll
+                for (int c = 0; c < 2; c++) {
+                    const int q_col = (nt0 + nt) * MMA_N + 2 * t + c;
+                    const float d_row = !MASKED || m0 + q_col < p.seqlen_q ? a.d_ws[row0 + q_col] : 0.0f;
+#pragma unroll
+                    for (int r = 0; r < 2; r++) {
+                        const float ds = st_acc[nt][2 * r + c] * (dpt_acc[nt][2 * r + c] - d_row);
+                        dpt_acc[nt][2 * r + c] = !MASKED || visible(nt0 + nt, 2 * r + c) ? ds : 0.0f;
+                    }
+                }
+
+            // dS^T to shared memory for dQ, and dK_j += dS^T Q_i, over the part's k-steps j0 + j.
+#pragma unroll
+            for (int j = 0; j < QNT / 2; j++) {
+                uint32_t ds_frag[4];  // [a0..a3]: dS^T of the warp's keys x queries 16 (j0 + j) .. + 15
+                ds_frag[0] = pack2<T>(dpt_acc[2 * j][0], dpt_acc[2 * j][1]);
+                ds_frag[1] = pack2<T>(dpt_acc[2 * j][2], dpt_acc[2 * j][3]);
+                ds_frag[2] = pack2<T>(dpt_acc[2 * j + 1][0], dpt_acc[2 * j + 1][1]);
+                ds_frag[3] = pack2<T>(dpt_acc[2 * j + 1][2], dpt_acc[2 * j + 1][3]);
+                const int key_lo = warp_key0 + g, key_hi = key_lo + 8, col = (j0 + j) * MMA_K + 2 * t;
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col)]) = ds_frag[0];
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col)]) = ds_frag[1];
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col + 8)]) = ds_frag[2];
+                *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col + 8)]) = ds_frag[3];
+#pragma unroll
+                for (int dt = 0; dt < D / MMA_N; dt += 2) {
+                    uint32_t q_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                    ldmatrix_x4_trans(q_frag, bt_rows.at(qs_saddr, (j0 + j) * MMA_K, dt));
+                    mma_m16n8k16<T>(dk_acc[dt], ds_frag, q_frag[0], q_frag[1]);
+                    mma_m16n8k16<T>(dk_acc[dt + 1], ds_frag, q_frag[2], q_frag[3]);
+                }
+            }
+        }"""
+PARTS = [(PARTS_SIG_OLD, PARTS_SIG_NEW), (PARTS_NT_OLD, PARTS_NT_NEW), (PARTS_B_OLD, PARTS_B_NEW), (PARTS_BODY_OLD, PARTS_BODY_NEW)]
+
 PIPE_KQ = [(KQ_OLD, KQ_NEW)]
 PIPE = PIPE_KQ + [(DV_OLD, DV_NEW), (DK_OLD, DK_NEW), (DQ_OLD, DQ_NEW), (DQ_LOOP_OLD, DQ_LOOP_NEW)]
 RED2 = [(RED_HELPER_OLD, RED_HELPER_NEW), (RED_OLD, RED_NEW)]
 VARIANTS = {
-    "pipe_kq": PIPE_KQ,
-    "pipe": PIPE,
     "red2": RED2,
-    "pipe_red2": PIPE + RED2,
+    "parts": PARTS,
+    "parts_red2": PARTS + RED2,
+    "pipe": PIPE,
 }
 
 
