@@ -10,6 +10,10 @@
 #              are the backward's (the others are the forward, the same kernel in all)
 #   bwdmatrix  build/tests/gpu_matrix on every variant's libfa2.so: a variant's time counts
 #              only if its matrix passes
+#   bwdshared  (optional, about a minute) which instructions make run 84's 13.5% of
+#              shared-load wavefronts "bank conflicts": ncu's per-instruction excessive
+#              shared wavefronts of step 14's main kernel, summed per opcode (every LDSM
+#              and STS address pattern of the kernel is conflict-free by the swizzle: README)
 #   test       make test, alone (nothing runs beside it)
 #   compare    make compare SHAPES=bench
 # usage: bash results/2026-11-25-h100-r21/run85.sh LOGDIR STAGE...  (on the GPU machine, from the repo root)
@@ -61,6 +65,38 @@ for what in "$@"; do
         stage "  14_$n: $(grep -c "^PASS 14_$n " "$log/bwdmatrix.log") PASS, $(grep -c "^FAIL 14_$n " "$log/bwdmatrix.log") FAIL; $(grep "^[A-Z]* 14_$n: " "$log/bwdmatrix.log" | tail -n 1)"
       done
       gzip -f "$log/bwdmatrix.log" ;;
+    bwdshared)
+      stage "step 14's backward: excessive shared wavefronts per SASS opcode"
+      # shellcheck disable=SC2086
+      ncu --clock-control none --kernel-name regex:fa2_bwd_kernel --launch-count 1 --section SourceCounters -f \
+        -o "$log/shared-step14" build/step14/fa2 --batch 4 --heads 16 --seqlen 4096 --dim 128 --backward \
+        --iters 1 --warmup 0 --check off >"$log/shared.log" 2>&1
+      ncu -i "$log/shared-step14.ncu-rep" --page source --csv --print-source sass >"$log/shared-step14.csv" 2>>"$log/shared.log"
+      python3 - "$log/shared-step14.csv" >"$log/shared-step14.txt" 2>&1 <<'PY'
+import collections, csv, re, sys
+rows = list(csv.reader(open(sys.argv[1], newline="")))
+at = next(i for i, r in enumerate(rows) if "Source" in r and "Address" in r)
+head = rows[at]
+cols = [i for i, h in enumerate(head) if "Shared" in h and ("Excessive" in h or "Ideal" in h or h.startswith("L1 Wavefronts Shared"))]
+src = head.index("Source")
+sums = collections.defaultdict(collections.Counter)
+for r in rows[at + 1:]:
+    if len(r) <= src or not r[src].strip():
+        continue
+    op = re.sub(r"^@!?U?P\w+\s+", "", r[src].strip()).split(" ")[0]
+    for i in cols:
+        try:
+            sums[op][head[i]] += float(r[i].replace(",", "") or 0)
+        except ValueError:
+            pass
+names = [head[i] for i in cols]
+print("opcode," + ",".join(names))
+for op, c in sorted(sums.items(), key=lambda kv: -max(kv[1].values(), default=0)):
+    if any(c.values()):
+        print(op + "," + ",".join(f"{c[n]:.0f}" for n in names))
+PY
+      stage "  exit $?: $(head -n 4 "$log/shared-step14.txt" | tr '\n' ';')"
+      rm -f "$log/shared-step14.ncu-rep"; gzip -f "$log/shared-step14.csv" ;;
     test)
       stage "make test (alone)"
       make test >"$log/make-test.log" 2>&1; stage "  make test exit $? : $(tail -n 1 "$log/make-test.log")"
