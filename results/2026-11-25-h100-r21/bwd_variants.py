@@ -411,13 +411,22 @@ PARTS_BODY_NEW = """        // The step's queries in Q_PARTS parts of BLOCK_M / 
 PARTS = [(PARTS_SIG_OLD, PARTS_SIG_NEW), (PARTS_NT_OLD, PARTS_NT_NEW), (PARTS_B_OLD, PARTS_B_NEW), (PARTS_BODY_OLD, PARTS_BODY_NEW)]
 
 PIPE_KQ = [(KQ_OLD, KQ_NEW)]
+
+# ---- parts with the rolling prefetch of pipe in S^T, dP^T and dQ ----------------------------
+# (PARTS_SIG, then KQ_OLD replaced by KQ_NEW over the part's QNT n-tiles from query q0)
+PARTS_KQ_NEW = KQ_NEW.replace("NB = BLOCK_M / (2 * MMA_N)", "NB = QNT / 2").replace("PF_KQ = 4;", "PF_KQ = NB;").replace(
+    "b_rows.at(queries_saddr, nt * MMA_N, 2 * kk)", "b_rows.at(queries_saddr, q0 + nt * MMA_N, 2 * kk)")
+PARTS_PIPE = [(PARTS_SIG_OLD, PARTS_SIG_NEW), (KQ_OLD, PARTS_KQ_NEW), (PARTS_BODY_OLD, PARTS_BODY_NEW),
+              (DQ_OLD, DQ_NEW), (DQ_LOOP_OLD, DQ_LOOP_NEW)]
+
 PIPE = PIPE_KQ + [(DV_OLD, DV_NEW), (DK_OLD, DK_NEW), (DQ_OLD, DQ_NEW), (DQ_LOOP_OLD, DQ_LOOP_NEW)]
 RED2 = [(RED_HELPER_OLD, RED_HELPER_NEW), (RED_OLD, RED_NEW)]
 VARIANTS = {
     "red2": RED2,
     "parts": PARTS,
-    "parts_red2": PARTS + RED2,
     "pipe": PIPE,
+    "parts_pipe": PARTS_PIPE,
+    "parts_pipe_red2": PARTS_PIPE + RED2,
 }
 
 
