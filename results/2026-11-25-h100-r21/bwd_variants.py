@@ -11,22 +11,29 @@ usage: python3 results/2026-11-25-h100-r21/bwd_variants.py [NAME ...]   (default
 What run 84 measured on fa2_bwd_kernel<__half, 128, 2> (B4 H16 N4096 d128, H100): 2 warps
 per scheduler, 0.15 eligible per cycle, short-scoreboard 6.70 cycles per issued
 instruction, 39.7% of all stall samples on HMMA waiting for the LDSM that feeds it, and the
-fp32 dQ atomics (REDG) 9.7% of the samples, 7.0 points of them MIO throttle. The variants:
+fp32 dQ atomics (REDG) 9.7% of the samples, 7.0 points of them MIO throttle. The variants
+(results/2026-11-25-h100-r21/README.md: registers, spills, LDSM distances, predictions):
 
-  pipe_kq    S^T = K Q^T and dP^T = V dO^T: each B fragment loaded PF_KQ fragments (of
-             two mma each) before the mma that read it, a k-step's A with its first B
-             (a rolling prefetch over the flattened (k-step, n-tile pair) order).
-  pipe       pipe_kq, and the same rolling prefetch in dV += P^T dO, dK += dS^T Q and
-             dQ = dS K; dQ's first K fragments (K never changes in shared memory) are
-             loaded before the barrier that publishes dS^T.
-  red2       the dQ atomics in pairs on sm_90 (atomicAdd of a float2: one
-             red.global.add.v2.f32 for the two columns 2t, 2t + 1 of a lane's row):
-             half the REDG; sm_80 keeps the scalar form.
-  pipe_red2  pipe and red2 together.
+  red2             the dQ atomics in pairs on sm_90 (atomicAdd of a float2: one
+                   red.global.add.v2.f32 for the columns 2t, 2t + 1 of a lane's row): half
+                   the REDG; sm_80 keeps the scalar form. Targets REDG's MIO throttle.
+  parts            the step's 64 queries in two parts of 32: S^T, P^T, dV, dP^T, dS^T and dK
+                   one part at a time, so S^T and dP^T hold 16 + 16 fp32 a lane instead of
+                   32 + 32 (K's and V's A fragments load once per part: 16 more LDSM a warp
+                   a step). Targets register pressure (the spill; room to hoist loads).
+  pipe             a rolling prefetch in the five products: each B fragment issued PF
+                   fragments (2 PF mma) before the mma that read it (S^T, dP^T: 4, a k-step's
+                   A double-buffered; dV, dK, dQ: 6), dQ's first K fragments before the
+                   barrier that publishes dS^T (K never changes in shared memory). Targets the
+                   HMMA's short-scoreboard wait on LDSM.
+  parts_pipe       parts with pipe's prefetch in S^T, dP^T (2: a part has 2 fragments a
+                   k-step) and dQ.
+  parts_pipe_red2  parts_pipe and red2.
 
-Each does the same multiply-adds in the same order per accumulator (the prefetch only
-moves loads; a float2 atomic adds each of its two floats as the scalar one does), so the
-results are those of the kernel up to the order in which blocks reach the atomics, as now.
+Each does the same multiply-adds in the same order per accumulator (the prefetch and the
+parts only move loads and split the loops at k-step boundaries; a float2 atomic adds each of
+its two floats as the scalar one does), so the results are those of the kernel up to the
+order in which blocks reach the atomics, as now.
 """
 import os
 import sys

@@ -30,12 +30,15 @@ cd build/combo
 make -s -j16 all >"$log/build.log" 2>&1; stage "built: exit $?"
 variants=$(python3 results/2026-11-25-h100-r21/bwd_variants.py --list)
 built=
-build_variants() { # once: the sources, then each variant (its ptxas lines: registers and spills)
+build_variants() { # once: the sources, then the variants side by side (one nvcc each), their ptxas lines
   [ -n "$built" ] && return; built=1
   python3 results/2026-11-25-h100-r21/bwd_variants.py >"$log/variants-build.log" 2>&1 || stage "  bwd_variants.py: exit $?"
   for n in $variants; do
-    make -s variant step=14 NAME="$n" SRC=build/ab/14_"$n".cu >>"$log/variants-build.log" 2>&1
-    stage "  variant $n: make exit $?; fa2_bwd_kernel<__half,128,2>: $(grep -A3 "fa2_bwd_kernelI6__halfLi128ELi2E" build/variants/"$n"/ptxas.txt |
+    ( make -s variant step=14 NAME="$n" SRC=build/ab/14_"$n".cu >"$log/variant-$n-build.log" 2>&1; echo $? >"$log/variant-$n-build.rc" ) &
+  done
+  wait
+  for n in $variants; do
+    stage "  variant $n: make exit $(cat "$log/variant-$n-build.rc"); fa2_bwd_kernel<__half,128,2>: $(grep -A3 "fa2_bwd_kernelI6__halfLi128ELi2E" build/variants/"$n"/ptxas.txt |
       grep -o '[0-9]* bytes spill stores\|Used [0-9]* registers' | tr '\n' ' ')"
     cp build/variants/"$n"/ptxas.txt "$log/ptxas-$n.txt" 2>/dev/null
   done
