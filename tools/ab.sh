@@ -6,8 +6,11 @@
 # variant,round, to OUT.csv (a new file), and prints each contender's median over the
 # rounds per shape.
 # usage: bash tools/ab.sh OUT.csv ROUNDS SHAPES NAME=BINARY [NAME=BINARY ...]
-#   SHAPES: a set of reference/shapes.txt (seed, bench, sweep), or the harness arguments
-#           of one or more shapes separated by ';' ("--dim 64 --batch 4;--dim 64 --causal")
+#   SHAPES: a set of reference/shapes.txt (seed, bench, sweep, backward), with harness
+#           arguments for every shape after it ("backward --backward"), or the harness
+#           arguments of one or more shapes separated by ';' ("--dim 64 --batch 4;--dim 64 --causal")
+# With --backward the harness writes two rows per run, the forward's and the backward's
+# (step "<name>_backward"): the medians keep them apart, the backward's shape marked "bwd".
 set -uo pipefail
 cd "$(dirname "$0")/.."
 csv=${1:?usage: tools/ab.sh OUT.csv ROUNDS SHAPES NAME=BINARY [NAME=BINARY ...]}
@@ -26,12 +29,14 @@ if [[ $set_or_args == -* ]]; then
 else
   # shellcheck source=reference/shapes.sh
   . reference/shapes.sh
+  set_name=${set_or_args%% *} extra=
+  [[ $set_or_args == *" "* ]] && extra=" ${set_or_args#* }"
   while read -r b h hkv nq nk d causal dtype options; do
     # options (page=N, lens=A..B): the harness's --page-size, --seqlens-k
     kv=$(shape_flags "$b $h $hkv $nq $nk $d $causal $dtype $options")
-    shapes+=("--batch $b --heads $h --kv-heads $hkv --seqlen-q $nq --seqlen-k $nk --dim $d --dtype $dtype$([ "$causal" = 1 ] && echo " --causal")${kv:+ $kv}")
-  done < <(shapes_of "$set_or_args")
-  [ ${#shapes[@]} -gt 0 ] || { echo "error: tools/ab.sh: SHAPES='$set_or_args' is no set of reference/shapes.txt" >&2; exit 2; }
+    shapes+=("--batch $b --heads $h --kv-heads $hkv --seqlen-q $nq --seqlen-k $nk --dim $d --dtype $dtype$([ "$causal" = 1 ] && echo " --causal")${kv:+ $kv}$extra")
+  done < <(shapes_of "$set_name")
+  [ ${#shapes[@]} -gt 0 ] || { echo "error: tools/ab.sh: SHAPES='$set_or_args' names no set of reference/shapes.txt" >&2; exit 2; }
 fi
 
 one=$(mktemp)
@@ -57,6 +62,7 @@ awk -F, -v names="${names[*]}" '
   NR > 1 { key = "B"$5" H"$6"/"$7" N"$8" d"$10" "$4" c"$11
            # the KV cache (the harness columns page_size and seqlens_k, before variant,round)
            if ($(NF-2) !~ /"$/) key = key ($(NF-3) > 0 ? " page" $(NF-3) : "") ($(NF-2) != "" ? " lens" : "")
+           if ($1 ~ /_backward$/) key = key " bwd"
            if (!(key in seen)) { seen[key] = 1; order[++n_keys] = key }
            t[key, $(NF-1), ++count[key, $(NF-1)]] = $12 }
   # the median of t[key, v, 1 .. count] (insertion sort: a few rounds)
@@ -67,6 +73,6 @@ awk -F, -v names="${names[*]}" '
       return sprintf("%.4f", m % 2 ? s[(m + 1) / 2] : (s[m / 2] + s[m / 2 + 1]) / 2)
   }
   END { n_v = split(names, v, " ")
-        printf "%-34s", "shape"; for (i = 1; i <= n_v; i++) printf " %14s", v[i]; printf "\n"
-        for (k = 1; k <= n_keys; k++) { printf "%-34s", order[k]
+        printf "%-38s", "shape"; for (i = 1; i <= n_v; i++) printf " %14s", v[i]; printf "\n"
+        for (k = 1; k <= n_keys; k++) { printf "%-38s", order[k]
           for (i = 1; i <= n_v; i++) printf " %14s", median(order[k], v[i]); printf "\n" } }' "$csv"
