@@ -768,27 +768,32 @@ constexpr int bwd_smem_bytes() { return (2 * C::BLOCK_N + 2 * STAGES * C::BLOCK_
 static_assert(bwd_smem_bytes<BwdWide, 128, 2>() == 160 * 1024 && bwd_smem_bytes<BwdNarrow, 128, 1>() == 80 * 1024,
               "the sizes the header and the choice below quote");
 
-// A lane's ldmatrix row addresses in a swizzled tile of COLS 16-bit columns, for one
+// A lane's ldmatrix row address in a swizzled tile of COLS 16-bit columns, for one
 // fragment pattern: the lane points at row `row` (its row in the pattern plus the warp's
-// first row, a multiple of 8, so row % 8 == lane % 8) and at chunk chunk0 + c0 + `half`,
-// chunk0 the warp's first chunk, c0 the fragment's (even, a compile-time constant). The
-// swizzle XORs only a chunk's low 3 bits, (x + 8 q) ^ r = (x ^ r) + 8 q for r < 8, so of
-// all the chunks a lane reads only 4 offsets remain, [i] for c0 % 8 = 2 i: the fragment's
-// first row and the 128-byte steps of c0 become immediates (step 07's q_addr, k_addr,
-// v_addr). The warp's chunk goes into the offsets, not into c0: an index into off[] that
-// depends on the warp would be dynamic, and a dynamically indexed array lives in local memory.
+// first row, a multiple of 8, so row % 8 == lane % 8) and at chunk chunk0 + c0 + `half`:
+// chunk0 the warp's first chunk, a multiple of its span of chunks, a power of two (SPAN);
+// c0 the fragment's, even, below SPAN modulo 8, a compile-time constant. The three then
+// share no bit below 8, so their sum is their OR, and the swizzle, which XORs a chunk's low
+// 3 bits with row % 8, gives chunk 8 (chunk0 / 8 + c0 / 8) + (c0 % 8 ^ chunk0 % 8 ^ half ^
+// row % 8): all that depends on the lane is one row offset and one XOR term, two registers
+// (the XOR term the same for every pattern with the same chunk0 % 8 and half), and a load
+// costs one LOP3 and one add, the fragment's rows and 128-byte steps going into the
+// ldmatrix's immediate offset. (Step 07 keeps four precomputed offsets per pattern, one per
+// c0 % 8, and no LOP3; at six patterns, 24 registers, the backward's d128 tiles spill.)
 template <int COLS>
-struct LaneOffsets {
-    uint32_t off[4];
-    __device__ LaneOffsets(int row, int chunk0, int half)
+struct LaneRows {
+    uint32_t row_off;    // bytes to the lane's row and to the 128-byte window of chunk0
+    uint32_t chunk_xor;  // 16 x (chunk0 % 8 ^ half ^ row % 8)
+    template <int SPAN>
+    __device__ static LaneRows of(int row, int chunk0, int half)
     {
-#pragma unroll
-        for (int i = 0; i < 4; i++) off[i] = row * (COLS * 2) + (((chunk0 + 2 * i + half) ^ (row % 8)) * 16);
+        static_assert(SPAN > 0 && (SPAN & (SPAN - 1)) == 0, "a warp's span of chunks is a power of two, so chunk0 + c0 + half is chunk0 | c0 | half");
+        return LaneRows{(uint32_t)(row * (COLS * 2) + chunk0 / 8 * 128), (uint32_t)(((chunk0 % 8) ^ half ^ (row % 8)) * 16)};
     }
     // The lane's address in the fragment of rows r0 .. (a multiple of 8) and chunks c0, c0 + 1.
     __device__ __forceinline__ uint32_t at(uint32_t tile_saddr, int r0, int c0) const
     {
-        return tile_saddr + r0 * (COLS * 2) + c0 / 8 * 128 + off[c0 % 8 / 2];
+        return tile_saddr + r0 * (COLS * 2) + c0 / 8 * 128 + row_off + ((c0 % 8 * 16) ^ chunk_xor);
     }
 };
 
@@ -933,7 +938,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     if (steps > 0) issue_step(0, 0);
     cp_async_commit();
 
-    // This lane's ldmatrix rows, one set per operand (LaneOffsets: the fragment's rows and
+    // This lane's ldmatrix rows, one set per operand (LaneRows: the fragment's rows and
     // chunks; the lanes of matrix i of an x4 are 8 i .. 8 i + 7, register i of each lane):
     //  qa:  A, row major: Q or dO for S or dP. Rows lane % 16 of the warp's queries, chunk
     //       + lane / 16: matrices (rows 0-7, 8-15) x (k 0-7, 8-15) = a0, a1, a2, a3.
@@ -948,9 +953,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     //       d-tile dt, then b0, b1 of d-tile dt + 1.
     //  dsa: A = dS (m = query, k = key) for dQ, row major as qa.
     //  kbt: B = K (k = key, n = d) for dQ, transposed on the way as qbt.
-    const LaneOffsets<D> qa(sdp_q0 + lane % 16, 0, lane / 16), kb(sdp_k0 + lane / 16 * 8 + lane % 8, 0, lane / 8 % 2),
-        qbt(lane / 8 % 2 * 8 + lane % 8, kv_d0 / 8, lane / 16), kbt(lane / 8 % 2 * 8 + lane % 8, dq_d0 / 8, lane / 16);
-    const LaneOffsets<BLOCK_N> pt(lane / 16 * 8 + lane % 8, kv_k0 / 8, lane / 8 % 2), dsa(dq_q0 + lane % 16, 0, lane / 16);
+    const LaneRows<D> qa = LaneRows<D>::template of<D / 8>(sdp_q0 + lane % 16, 0, lane / 16);
+    const LaneRows<D> kb = LaneRows<D>::template of<D / 8>(sdp_k0 + lane / 16 * 8 + lane % 8, 0, lane / 8 % 2);
+    const LaneRows<D> qbt = LaneRows<D>::template of<KV_COLS / 8>(lane / 8 % 2 * 8 + lane % 8, kv_d0 / 8, lane / 16);
+    const LaneRows<D> kbt = LaneRows<D>::template of<Q_COLS / 8>(lane / 8 % 2 * 8 + lane % 8, dq_d0 / 8, lane / 16);
+    const LaneRows<BLOCK_N> pt = LaneRows<BLOCK_N>::template of<BWD_WARP_ROWS / 8>(lane / 16 * 8 + lane % 8, kv_k0 / 8, lane / 8 % 2);
+    const LaneRows<BLOCK_N> dsa = LaneRows<BLOCK_N>::template of<BLOCK_N / 8>(dq_q0 + lane % 16, 0, lane / 16);
 
     float dk_acc[M_TILES][KV_COLS / MMA_N][4];  // [key m-tile][d-tile][c0..c3]: keys g, g+8 of the m-tile, cols 2t, 2t+1
     float dv_acc[M_TILES][KV_COLS / MMA_N][4];  // the same for dV
@@ -1032,18 +1040,20 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
         const int64_t row0 = ((int64_t)b * p.heads_q + h) * p.seqlen_q + m0;  // row m0 of head h in LSE order
         const uint32_t qs_saddr = q_saddr + stage * QTILE_BYTES, dos_saddr = do_saddr + stage * QTILE_BYTES;
 
-        // LSE and D of the lane's rows (g and g + 8 of each m-tile), loaded before the
-        // products so that their latency hides under them; rows past seqlen_q take 0.
-        float lse_log2[M_TILES][2], d_row[M_TILES][2];
+        // The lane's rows of the step (g and g + 8 of each m-tile) and, loaded before the
+        // product that follows, so that the product hides their latency, their LSE (here) and
+        // D (before dP); rows past seqlen_q take 0.
+        auto load_rows = [&](float (&x)[M_TILES][2], const float *src, float factor) {
 #pragma unroll
-        for (int mt = 0; mt < M_TILES; mt++)
+            for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-            for (int r = 0; r < 2; r++) {
-                const int row = sdp_q0 + mt * MMA_M + g + 8 * r;
-                const bool in = !MASKED || m0 + row < p.seqlen_q;
-                lse_log2[mt][r] = in ? p.lse[row0 + row] * LOG2E : 0.0f;
-                d_row[mt][r] = in ? a.d_ws[row0 + row] : 0.0f;
-            }
+                for (int r = 0; r < 2; r++) {
+                    const int row = sdp_q0 + mt * MMA_M + g + 8 * r;
+                    x[mt][r] = !MASKED || m0 + row < p.seqlen_q ? src[row0 + row] * factor : 0.0f;
+                }
+        };
+        float lse_log2[M_TILES][2];  // [query m-tile][rows g, g + 8]: LSE log2 e
+        load_rows(lse_log2, p.lse, LOG2E);
 
         // S = Q_i K_j^T: the warp's 32 queries x 32 keys.
         float s_acc[M_TILES][SDP_N_TILES][4];  // [query m-tile][key n-tile][c0..c3]: rows g, g+8; keys 2t, 2t+1
@@ -1052,11 +1062,20 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
         // P = exp2(S scale log2e - LSE log2e), in place. Masked: a hidden pair (a key past
         // seqlen_k or past the row's causal limit, a row past seqlen_q) is selected to 0,
         // never computed from -inf: a row that sees no key has LSE = -inf, and -inf - -inf
-        // would be NaN. (Every pair of such a row is masked, so its LSE is never used.)
-        auto visible = [&](int mt, int nt, int e) {
-            const int row = m0 + sdp_q0 + mt * MMA_M + g + (e >= 2 ? 8 : 0), key = n0 + sdp_k0 + nt * MMA_N + 2 * t + (e & 1);
-            return row < p.seqlen_q && key < p.seqlen_k && (!p.causal || key <= row + shift);
-        };
+        // would be NaN. (Every pair of such a row is masked, so its LSE is never used.) The
+        // keys a row sees are a prefix, so one number per row says which: the last of them,
+        // counted from the lane's first key column (-1 for a row past seqlen_q), and a pair's
+        // test is one compare with an immediate.
+        int key_last[M_TILES][2];  // [query m-tile][rows g, g + 8]
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                const int row = m0 + sdp_q0 + mt * MMA_M + g + 8 * r;
+                const int last = p.causal ? min(p.seqlen_k - 1, row + shift) : p.seqlen_k - 1;  // causal: key <= row + shift
+                key_last[mt][r] = row < p.seqlen_q ? last - (n0 + sdp_k0 + 2 * t) : -1;
+            }
+        auto visible = [&](int mt, int nt, int e) { return nt * MMA_N + (e & 1) <= key_last[mt][e / 2]; };
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
@@ -1071,11 +1090,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
         store_scores(p_smem, s_acc);
 
         // dP = dO_i V_j^T: as S, with dO for Q and V for K.
+        float d_row[M_TILES][2];  // [query m-tile][rows g, g + 8]: D = rowsum(dO * O)
+        load_rows(d_row, a.d_ws, 1.0f);
         float dp_acc[M_TILES][SDP_N_TILES][4];  // as s_acc
         queries_times_keys_t(dp_acc, dos_saddr, v_saddr);
 
         // dS = P * (dP - D), in place in dp_acc, with P in fp32; masked pairs are 0 (a NaN in
-        // V at a key a row does not see must not reach that row's dQ through 0 x NaN).
+        // V at a key a row does not see must not reach that row's dQ through 0 x NaN). Their P
+        // is 0, so P == 0 selects them: asking visible() again, the compiler keeps the first
+        // answers, a predicate per pair, live across dP (d128, sm_90, CUDA 13.0: up to 180 bytes spilled).
+        // A visible pair whose P underflowed to 0 is zeroed with them, which changes its dS
+        // only where dP - D is not finite.
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
@@ -1083,7 +1108,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const float ds = s_acc[mt][nt][e] * (dp_acc[mt][nt][e] - d_row[mt][e / 2]);
-                    dp_acc[mt][nt][e] = !MASKED || visible(mt, nt, e) ? ds : 0.0f;
+                    dp_acc[mt][nt][e] = !MASKED || s_acc[mt][nt][e] != 0.0f ? ds : 0.0f;
                 }
         store_scores(ds_smem, dp_acc);
         __syncthreads();  // every warp's P and dS are in shared memory
@@ -1261,16 +1286,6 @@ static int bwd_blocks_per_sm(const fa2_limits *l)
     return fa2_limits_blocks_per_sm(l, C::THREADS, regs, smem_bytes);
 }
 
-// Q_i and dO_i double-buffered (step i + 1 loads under step i's math) unless one buffer
-// lets more blocks share an SM; 0 when neither fits.
-template <typename T, int D, typename C>
-static int choose_stages(const fa2_limits *l)
-{
-    const int two = bwd_blocks_per_sm<T, D, C, 2>(l), one = bwd_blocks_per_sm<T, D, C, 1>(l);
-    if (two > 0 && two >= one) return 2;
-    return one > 0 ? 1 : 0;
-}
-
 template <typename T, int D, typename C, int STAGES>
 static int launch_bwd_main(BwdArgs a, cudaStream_t stream)
 {
@@ -1292,15 +1307,16 @@ static int launch_bwd_main(BwdArgs a, cudaStream_t stream)
     return FA2_OK;
 }
 
-// The tile and its stages: the wide tile wherever it fits (A100, H100, H200 at either head
-// dim; at d64 also the 99 KB GPUs, 96 KB with two stages), else the narrow one.
+// The tile: the wide one, Q and dO double-buffered (step i + 1 loads under step i's math),
+// wherever it fits (160 KB at d128: A100, H100, H200; 96 KB at d64: every GPU here); else the
+// narrow one with one buffer (80 KB at d128: the 99 KB GPUs, where two would take 112 KB).
 template <typename T, int D>
 static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
 {
     const fa2_params &p = a.p.fwd;
-    const int wide = choose_stages<T, D, BwdWide>(l);
-    const int narrow = wide ? 0 : choose_stages<T, D, BwdNarrow>(l);
-    if (!wide && !narrow) return fa2_fail("choose_stages", "no backward tile fits the GPU's shared memory per block");
+    const bool wide = bwd_blocks_per_sm<T, D, BwdWide, 2>(l) > 0;
+    if (!wide && bwd_blocks_per_sm<T, D, BwdNarrow, 1>(l) == 0)
+        return fa2_fail("launch_bwd_tile", "no backward tile fits the GPU's shared memory per block");
     a.block_n = wide ? BwdWide::BLOCK_N : BwdNarrow::BLOCK_N;
     a.dq_partials = a.deterministic ? bwd_dq_splits(&p, a.block_n) : 1;
     // D after the partials the workspace holds, however many of them this tile uses.
@@ -1312,10 +1328,7 @@ static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
     const int row_grid = (int)std::min((chunks + BWD_PREP_THREADS - 1) / BWD_PREP_THREADS, wave);
     bwd_prep_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
-    const int rc = wide == 2     ? launch_bwd_main<T, D, BwdWide, 2>(a, stream)
-                   : wide == 1   ? launch_bwd_main<T, D, BwdWide, 1>(a, stream)
-                   : narrow == 2 ? launch_bwd_main<T, D, BwdNarrow, 2>(a, stream)
-                                 : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
+    const int rc = wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream) : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
     if (rc != FA2_OK) return rc;
     bwd_convert_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
