@@ -12,26 +12,31 @@
  * 1. bwd_prep_kernel: D = rowsum(dO * O) per query row, fp32, into the workspace
  *    (the softmax's own term of dS = P * (dP - D)), and dQ's fp32 accumulator zeroed.
  *
- * 2. fa2_bwd_kernel: one block per (key block of 64 keys, kv head, batch). K_j and V_j
- *    stay in shared memory for the whole block; dK_j and dV_j are fp32 mma accumulators
- *    in registers; the block walks the query blocks i of 64 rows that see its keys
- *    (causal: bottom-right aligned as the forward, so from row n0 - (seqlen_k -
- *    seqlen_q) on), of every query head of the kv head's GQA group. For each:
- *    Q_i and dO_i by cp.async into swizzled shared memory (double-buffered where two
- *    stages fit, see choose_stages), LSE_i and D_i from global memory, then
- *      S^T  = K_j Q_i^T        P^T = exp2(S^T scale log2e - LSE log2e)   (masked)
- *      dV_j += P^T dO_i        dP^T = V_j dO_i^T      dS^T = P^T * (dP^T - D_i)
- *      dK_j += dS^T Q_i        dQ_i += dS K_j  (red.global.add.f32 into the workspace)
- *    Each warp owns 16 keys. Computing S^T rather than S puts the scores of a warp's
- *    keys in the rows of its accumulator fragments, and an mma.sync C fragment (rows
- *    g, g+8, columns 2t, 2t+1 of lane 4g+t) is, packed to 16 bits, exactly an A
- *    fragment: P^T and dS^T feed dV and dK straight from registers, as P feeds P V
- *    in the forward. The other operands are read transposed on the way out of shared
- *    memory, by ldmatrix.trans (dO and Q as B of dV and dK, K as B of dQ). dQ = dS K
- *    needs dS untransposed, a layout no lane holds (a C fragment's transpose spreads
- *    each lane's values over other lanes), and dS's rows are spread over the four
- *    warps: dS^T goes to a 64 x 64 shared tile, and each warp reads its 16 query rows
- *    of all 64 keys back with ldmatrix.trans.
+ * 2. fa2_bwd_kernel: one block per (key block of BLOCK_N keys, kv head, batch). K_j and
+ *    V_j stay in shared memory for the whole block; dK_j and dV_j are fp32 mma
+ *    accumulators in registers; the block walks the query blocks i of 64 rows that see its
+ *    keys (causal: bottom-right aligned as the forward, so from row n0 - (seqlen_k -
+ *    seqlen_q) on), of every query head of the kv head's GQA group. For each: Q_i and dO_i
+ *    by cp.async into swizzled shared memory, LSE_i and D_i from global memory, then
+ *      S  = Q_i K_j^T           P = exp2(S scale log2e - LSE log2e)   (masked)   -> smem
+ *      dP = dO_i V_j^T          dS = P * (dP - D_i)                               -> smem
+ *      dV_j += P^T dO_i         dK_j += dS^T Q_i
+ *      dQ_i += dS K_j  (red.global.add.f32 into the workspace)
+ *    with FlashAttention-2's work split (flash_bwd_launch_template.h and kernel_traits.h of
+ *    Dao-AILab/flash-attention give the tile shapes): each product has its own tiling of
+ *    the warps, every warp tile 32 rows deep. BwdWide, 64 queries x 128 keys and 8 warps
+ *    (FA2's d128 tile where a block may have 144 KB):
+ *      S, dP    2 (queries) x 4 (keys): 32 x 32 each; A = Q or dO, B = K or V, ldmatrix
+ *      dV, dK   4 (keys) x 2 (head dim): 32 keys x D/2; A = P^T or dS^T by ldmatrix.trans
+ *               of the P and dS tiles, B = dO or Q by ldmatrix.trans
+ *      dQ       2 (queries) x 4 (head dim): 32 x D/4; A = dS by ldmatrix, B = K by .trans
+ *    P and dS go through shared memory because the warps that hold a query block's scores
+ *    (split by query) are not those that need them as operands (split by key, for dV and
+ *    dK, or over all keys, for dQ). Shared memory at d128: K, V 32 KB each, Q, dO 16 KB
+ *    each per buffer, two buffers, P, dS 16 KB each: 160 KB, which A100 (163 KB), H100
+ *    and H200 (227 KB) blocks take. BwdNarrow, 64 x 64 and 4 warps, 2 x 2 for every
+ *    product (the same code), one Q/dO buffer: 80 KB at d128, for GPUs whose blocks get
+ *    99 KB (8.6, 8.9, 12.x); at d64 the wide tile takes 96 KB and runs everywhere.
  *
  * 3. bwd_convert_kernel: dQ = scale x the fp32 accumulator, rounded to the dtype and
  *    written at dq's strides. (dK is scaled in registers before its store.)
@@ -56,13 +61,31 @@
  * bytes at d128, CUDA 13.0, sm_86 to sm_90; plain loads and stores in place of the
  * atomics, 20 to 36 bytes on sm_90.)
  *
- * What the tiles cost: at 16 keys per warp every Q and dO fragment ldmatrix brings
- * feeds one mma (step 07 explains why two m-tiles per fragment pay), and the dQ
- * atomics move M x D floats per query block per key block. FA2's sm80 backward uses
- * 8 warps over 128 keys with two warps sharing key rows (flash_bwd_launch_template.h);
- * this step keeps one layout that fits 99 KB blocks at d128. At 255 registers ptxas
- * spills a little (CUDA 13.0: 4 bytes at d128, 8 to 16 at d64, a cp.async address
- * stored once per block and reloaded once per query block, outside the products).
+ * Why this split (the numbers are the kernel's loops; the speedup is a prediction, not a
+ * measurement). The previous main kernel gave each of 4 warps 16 keys of a 64-key block
+ * and computed S^T = K Q^T, so that P^T and dS^T came out of the C fragments already as
+ * A fragments; but every warp then read all 64 rows of Q_i and dO_i for its 16 keys. Per
+ * warp and 64 x 64 step at d128 it ran 320 mma.sync for 180 ldmatrix.x4 (1.8 per load);
+ * on an H100 (B4 H16 N4096 d128 fp16) it took 10.07 ms against torch's FA2 backward's
+ * 4.55 ms, and Nsight Compute put its tensor pipe at 21%, short_scoreboard (mma waiting
+ * on ldmatrix) at 40% of the stall samples and the dQ atomics at ~10% of instructions.
+ * Here a warp tile is 32 rows of both operands, so a fragment feeds 2 to 4 mma: per warp
+ * and 64 x 128 step, again 320 mma (64 each for S, dP, dV, dK, dQ), for 144 ldmatrix.x4
+ * (2.2 per load; 32 for S and for dP, 24 for dV and for dK, 32 for dQ) and 32 4-byte
+ * stores of P and dS (one wavefront each, 8 ldmatrix.x4's worth): about 16% fewer
+ * shared-memory wavefronts per mma. A block reads Q_i, dO_i, LSE_i and D_i once per 128
+ * keys instead of per 64, and adds its dQ once per 128 keys: half the atomics. A
+ * prediction, from those counts alone: 1.2x to 1.5x at B4 H16 N4096 d128 (10.07 ms to
+ * 7 to 8.5 ms), about 1.2x from the wavefronts if shared memory bounds it, the rest from
+ * the atomics (~10% of the instructions, now ~5%); short of FA2's 4.55 ms, so whatever
+ * else FA2 does (its software pipelining of the loads, its ordering of the five
+ * products) would still be missing. Nothing here has run on a GPU yet.
+ *
+ * Registers: dK and dV take 128 fp32 per lane at d128 in either tile, S and dP 64 more
+ * while dS is formed; at the 255 a thread may have, ptxas spills a little at d128 (CUDA
+ * 13.0, the configurations each GPU runs: wide tile 4 bytes on sm_80, 40 on sm_90;
+ * narrow tile 8 bytes on sm_86 and sm_89; none at d64), loads and stores around the
+ * step's first barrier and the masked copy of the step, outside the products.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
