@@ -891,9 +891,10 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArg
 }
 
 // Kernel 2: one block per (key block, kv head, batch); see the header for the algorithm.
-// One block of either tile per SM at most in practice (the wide one's 160 KB, the narrow
-// one's 99 KB GPUs), so the bound leaves ptxas all 255 registers: dK and dV take 128 of
-// them in both tiles at d128, S and dP 64 more while dS is formed.
+// One block per SM in practice (the wide tile: 256 threads at 220 to 255 registers fill
+// the register file; the narrow one: 80 KB of a 99 KB GPU's 100 KB per SM), so the bound
+// leaves ptxas all 255 registers: dK and dV take 128 of them in both tiles at d128, S and
+// dP 64 more while dS is formed.
 template <typename T, int D, typename C, int STAGES>
 __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
 {
