@@ -61,11 +61,11 @@
  * bytes at d128, CUDA 13.0, sm_86 to sm_90; plain loads and stores in place of the
  * atomics, 20 to 36 bytes on sm_90.)
  *
- * Why this split (the numbers are the kernel's loops; the speedup is a prediction, not a
- * measurement). The previous main kernel gave each of 4 warps 16 keys of a 64-key block
- * and computed S^T = K Q^T, so that P^T and dS^T came out of the C fragments already as
- * A fragments; but every warp then read all 64 rows of Q_i and dO_i for its 16 keys. Per
- * warp and 64 x 64 step at d128 it ran 320 mma.sync for 180 ldmatrix.x4 (1.8 per load);
+ * Why this split (the counts are the kernel's loops). The simpler split gives each of 4
+ * warps 16 keys of a 64-key block and computes S^T = K Q^T, so that P^T and dS^T come out
+ * of the C fragments already as A fragments; but every warp then reads all 64 rows of Q_i
+ * and dO_i for its 16 keys. Per warp and 64 x 64 step at d128 it runs 320 mma.sync for
+ * 180 ldmatrix.x4 (1.8 per load);
  * on an H100 (B4 H16 N4096 d128 fp16) it took 10.07 ms against torch's FA2 backward's
  * 4.55 ms, and Nsight Compute put its tensor pipe at 21%, short_scoreboard (mma waiting
  * on ldmatrix) at 40% of the stall samples and the dQ atomics at ~10% of instructions.
@@ -79,7 +79,9 @@
  * 7 to 8.5 ms), about 1.2x from the wavefronts if shared memory bounds it, the rest from
  * the atomics (~10% of the instructions, now ~5%); short of FA2's 4.55 ms, so whatever
  * else FA2 does (its software pipelining of the loads, its ordering of the five
- * products) would still be missing. Nothing here has run on a GPU yet.
+ * products) would still be missing. Measured on the same GPU model, 3 rounds: 6.60 ms,
+ * 1.53x, at the top of the range (1.27x to 1.56x over the six backward shapes, 0.62x to
+ * 0.69x torch's FA2 backward; docs/measurements/14_backward.md).
  *
  * Registers: dK and dV take 128 fp32 per lane at d128 in either tile, S and dP 64 more
  * while dS is formed; at the 255 a thread may have, ptxas spills a little at d128 (CUDA
