@@ -322,13 +322,97 @@ __device__ __forceinline__ uint16_t *o_row_of(const fa2_params &p, int b, Packed
     return (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)pr.query * p.o_row_stride + pr.head * p.o_head_stride;
 }
 
+// ---- the split count on the GPU ---------------------------------------------------
+
+// choose_plan's wave rule (below, on the host), for the blocks of a launch with per-sequence
+// lengths: blocks of equal work run in waves of `wave` (sm_count x blocks_per_sm), the fill of
+// `blocks` blocks is blocks / slots with slots = waves x wave, and the count is the fewest splits
+// whose fill is within 5% of the best up to cap. Here the fill is kept as the two integers, so
+// every warp of every block compares fills exactly and reaches the same count (the host's
+// doubles may round a fill of exactly 95% of the best either way; this takes the fewer splits).
+struct WaveFill {
+    int blocks, slots;
+};
+__device__ __forceinline__ WaveFill wave_fill(int blocks, int wave) { return {blocks, (blocks + wave - 1) / wave * wave}; }
+__device__ __forceinline__ bool fills_better(WaveFill a, WaveFill b) { return (long long)a.blocks * b.slots > (long long)b.blocks * a.slots; }
+__device__ __forceinline__ bool fills_near(WaveFill a, WaveFill best) { return 20LL * a.blocks * best.slots >= 19LL * best.blocks * a.slots; }
+
+// Lane l weighs s = l + 1, l + 33, ... at once; the best fill is a shuffle reduction, and the
+// fewest splits near it the lowest lane of the first ballot that has one. No barrier: each warp
+// runs it alone. base_blocks x cap <= MAX_SPLIT_BLOCKS (max_splits): blocks and slots are ints.
+__device__ __forceinline__ int wave_splits_warp(int base_blocks, int wave, int cap)
+{
+    static_assert(MAX_SPLITS % 32 == 0, "every lane weighs the same number of split counts");
+    constexpr int PER_LANE = MAX_SPLITS / 32;
+    const int lane = threadIdx.x % 32;
+    WaveFill fill[PER_LANE], best = {0, 1};  // a count past cap: no blocks, never the best
+#pragma unroll
+    for (int j = 0; j < PER_LANE; j++) {
+        const int s = 32 * j + lane + 1;
+        fill[j] = s <= cap ? wave_fill(base_blocks * s, wave) : WaveFill{0, 1};
+        if (fills_better(fill[j], best)) best = fill[j];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        const WaveFill other = {__shfl_xor_sync(0xffffffffu, best.blocks, off), __shfl_xor_sync(0xffffffffu, best.slots, off)};
+        if (fills_better(other, best)) best = other;
+    }
+#pragma unroll
+    for (int j = 0; j < PER_LANE; j++) {
+        const unsigned near = __ballot_sync(0xffffffffu, 32 * j + lane + 1 <= cap && fills_near(fill[j], best));
+        if (near) return 32 * j + __ffs(near);
+    }
+    return cap;  // not reached: the best count is near the best
+}
+
+// Key tiles of BLOCK_N keys that query tile m_block of a sequence of seqlen_k keys reaches:
+// those its last query row sees (causal), every one otherwise.
+template <int BLOCK_N>
+__device__ __forceinline__ int key_tiles_of_tile(const fa2_params &p, int seqlen_k, int m_block, int group, int rows)
+{
+    const int last_query = min(rows - 1, m_block * BLOCK_M + BLOCK_M - 1) / group;
+    const int key_end = p.causal ? min(seqlen_k, max(0, last_query + 1 + seqlen_k - p.seqlen_q)) : seqlen_k;
+    return (key_end + BLOCK_N - 1) / BLOCK_N;
+}
+
+// Per-sequence lengths: the key tiles per split, one count for every tile of the launch. Each
+// warp reads all the lengths and sums the key tiles of every (query tile, kv head, sequence):
+// that work, spread as evenly as whole tiles allow, is `equal` tiles of the longest one's
+// length, and the wave rule gives those `equal` tiles s splits; a split then holds the longest
+// tile's tiles / s. A tile of t key tiles takes ceil(t / that) splits: the longest s, a short
+// one 1. Uniform lengths give equal = base_blocks: the split count and ranges of choose_plan.
+// Lanes stride over the (sequence, query tile) pairs; batch x query tiles <= MAX_SPLIT_BLOCKS / 2
+// where there are splits at all (max_splits), so the loop is short and the sums fit easily:
+// work <= 2^11 x 2^24 key tiles (fa2.h: a sequence has at most 2^30 keys).
+template <int BLOCK_N>
+__device__ int balanced_tiles_per_split(const fa2_params &p, int m_blocks, int group, int rows, int wave, int cap)
+{
+    long long work = 0;
+    int longest = 0;
+    for (int i = threadIdx.x % 32; i < p.batch * m_blocks; i += 32) {
+        const int tiles = key_tiles_of_tile<BLOCK_N>(p, p.seqlens_k[i / m_blocks], i % m_blocks, group, rows);
+        work += tiles;
+        longest = max(longest, tiles);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        work += __shfl_xor_sync(0xffffffffu, work, off);
+        longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, off));
+    }
+    if (longest == 0) return 1;  // no sequence has a visible key: one empty split per tile
+    const int equal = (int)((work * p.heads_kv + longest - 1) / longest);  // <= base_blocks
+    const int splits = wave_splits_warp(equal, wave, cap);
+    return (longest + splits - 1) / splits;
+}
+
 // ---- the kernel --------------------------------------------------------------
 
 // Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each; after the
 // last key tile the K/V space holds the warps' partial results for the merge:
 // O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each;
 // past them, in the block that merges the splits, each row's split weights
-// [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32).
+// [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32). Last, the tile's
+// split count (one int in 16 bytes).
 template <int D, int BLOCK_N_, int STAGES_>
 struct SmemLayout {
     static constexpr int BLOCK_N = BLOCK_N_;              // keys per tile
@@ -342,7 +426,8 @@ struct SmemLayout {
     static constexpr int SPLIT_MERGE_BYTES = BLOCK_M * (MAX_SPLITS + D) * 4;
     static_assert(MERGE_BYTES + SPLIT_MERGE_BYTES <= KV_BYTES,
                   "the warps' partial O, max and sum, the split weights and the slots' sums of O fit where K and V were");
-    static constexpr int BYTES = Q_BYTES + KV_BYTES;
+    static constexpr int SPLITS_OFF = Q_BYTES + KV_BYTES;
+    static constexpr int BYTES = SPLITS_OFF + 16;
 };
 // sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. and -DFA2_SWEEP_STAGES=..
 // to time other candidates in the first layout's place.
@@ -364,17 +449,18 @@ constexpr int SPLIT_KEY_TILE = 128;
 static_assert(LargeLayout<64>::BLOCK_N <= SPLIT_KEY_TILE && LargeLayout<128>::BLOCK_N <= SPLIT_KEY_TILE,
               "no layout has fewer key tiles than the split bound counts");
 
-// splits > 1: block (m_block, split) writes O_s (fp32, normalised by its own row
-// sum) to o_part [splits][batch * heads_q * seqlen_q][D] and LSE_s to lse_part
-// [splits][batch * heads_q * seqlen_q], rows in the order of fa2.h's LSE, and
-// counts its arrival in counters [batch * heads_q * seqlen_q], the int32 of its
-// tile's first row (fa2.h: zero when the call begins, and again when it ends);
+// The grid is (query tile x grid_splits, kv head, batch); wave is sm_count x blocks_per_sm,
+// read only with per-sequence lengths. A tile of splits > 1: block (m_block, split) writes
+// O_s (fp32, normalised by its own row sum) to o_part [grid_splits][batch * heads_q *
+// seqlen_q][D] and LSE_s to lse_part [grid_splits][batch * heads_q * seqlen_q], rows in the
+// order of fa2.h's LSE, and counts its arrival in counters [batch * heads_q * seqlen_q], the
+// int32 of its tile's first row (fa2.h: zero when the call begins, and again when it ends);
 // the tile's last block to arrive merges the splits into O and LSE.
 // Loads in flight per thread while the last block merges O_s (float4 each).
 constexpr int MERGE_LOADS = 16;
 template <typename T, int D, typename L>
 __global__ void __launch_bounds__(THREADS)
-    fa2_split_kernel(fa2_params p, int splits, int *counters, float *o_part, float *lse_part)
+    fa2_split_kernel(fa2_params p, int grid_splits, int wave, int *counters, float *o_part, float *lse_part)
 {
     constexpr int BLOCK_N = L::BLOCK_N, WARP_KEYS = L::WARP_KEYS;
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
@@ -389,7 +475,7 @@ __global__ void __launch_bounds__(THREADS)
     const uint32_t k_saddr = q_saddr + L::Q_BYTES;                      // [STAGES][BLOCK_N][D]
     const uint32_t v_saddr = k_saddr + STAGES * L::STAGE_BYTES;         // [STAGES][BLOCK_N][D]
 
-    const int m_block = blockIdx.x / splits, split = blockIdx.x % splits, h_kv = blockIdx.y, b = blockIdx.z;
+    const int m_block = blockIdx.x / grid_splits, split = blockIdx.x % grid_splits, h_kv = blockIdx.y, b = blockIdx.z;
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q;  // packed rows of this kv head (< 2^31: fa2_supports)
     const int r0 = m_block * BLOCK_M;
@@ -408,13 +494,25 @@ __global__ void __launch_bounds__(THREADS)
     const int32_t *pages = p.block_table ? p.block_table + b * p.block_table_batch_stride : nullptr;
     const int page_shift = p.block_table ? __ffs(p.page_size) - 1 : 0;  // page_size is a power of two (fa2.h)
 
-    // The block's key tiles: those its last query row sees (causal), cut into
-    // `splits` ranges of whole tiles; the last ranges may be empty.
-    const int first_query = r0 / group, last_query = min(rows - 1, r0 + BLOCK_M - 1) / group;
-    const int key_end = p.causal ? min(seqlen_k, max(0, last_query + 1 + shift)) : seqlen_k;
-    const int n_tiles = (key_end + BLOCK_N - 1) / BLOCK_N;
-    const int tiles_per_split = (n_tiles + splits - 1) / splits;
+    // The block's key tiles: those its last query row sees (causal), cut into ranges of
+    // whole tiles, `splits` of them for this tile. One length: the plan's count, grid_splits
+    // ranges of even length (the last ones may be empty). Per-sequence lengths: ranges of
+    // one length for the whole launch, as many as this tile's keys fill (at least one, so a
+    // sequence of no key still writes O = 0 and LSE = -inf); the blocks past them return at
+    // once, before they copy anything, count or write.
+    const int first_query = r0 / group;
+    const int n_tiles = key_tiles_of_tile<BLOCK_N>(p, seqlen_k, m_block, group, rows);
+    const bool balanced = p.seqlens_k && grid_splits > 1;
+    const int tiles_per_split = balanced ? balanced_tiles_per_split<BLOCK_N>(p, gridDim.x / grid_splits, group, rows, wave, grid_splits)
+                                         : (n_tiles + grid_splits - 1) / grid_splits;
+    const int tile_splits = balanced ? max(1, (n_tiles + tiles_per_split - 1) / tiles_per_split) : grid_splits;
+    if (split >= tile_splits) return;
     const int tile_lo = min(n_tiles, split * tiles_per_split), tile_hi = min(n_tiles, tile_lo + tiles_per_split);
+    // The count waits out the key loop in shared memory (the barriers before and after the loop
+    // order it): a register kept through the loop made ptxas trade registers for a spill to local
+    // memory at d64 on sm_90 (96 registers and 8 bytes of spill, where it keeps 128 and none).
+    int *splits_smem = reinterpret_cast<int *>(smem + L::SPLITS_OFF / 2);
+    if (threadIdx.x == 0) *splits_smem = tile_splits;
 
     // Prologue: Q, each packed row from its own query row and head (committed with
     // the first key tile below).
@@ -597,6 +695,7 @@ __global__ void __launch_bounds__(THREADS)
     // O, and the max and sum of each row over the warp's keys.
     cp_async_wait<0>();  // a block with no key tile never waited for Q: its copy may still be landing
     __syncthreads();     // every warp is done reading K and V before they are overwritten
+    const int splits = *splits_smem;  // this tile's
     float(*o_merge)[BLOCK_M][L::O_PITCH] = reinterpret_cast<float(*)[BLOCK_M][L::O_PITCH]>(smem + L::Q_BYTES / 2);
     float(*m_merge)[BLOCK_M] = reinterpret_cast<float(*)[BLOCK_M]>(&o_merge[WARPS][0][0]);
     float(*l_merge)[BLOCK_M] = m_merge + WARPS;
@@ -854,6 +953,9 @@ static int blocks_per_sm_of(const fa2_limits *l)
 // best efficiency up to max_splits (fewer splits: fewer partial results to write
 // and merge, longer key ranges to pipeline). At least one wave's worth of blocks
 // already fills the GPU: s = 1 unless more splits fill the last wave better.
+// With per-sequence lengths the host cannot weigh the work (the lengths are in the GPU's
+// memory, and reading them would wait on the stream): the grid has max_splits splits, and
+// the kernel applies the same rule to the lengths (balanced_tiles_per_split).
 // The layout is the first, of LargeLayout and SmallLayout, that fits the GPU.
 template <typename T, int D>
 static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
@@ -886,6 +988,7 @@ static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
         best = efficiency[s] > best ? efficiency[s] : best;
     }
     while (efficiency[plan.splits] < 0.95 * best) plan.splits++;
+    if (p->seqlens_k) plan.splits = cap;  // the grid's; each tile's own count is chosen on the GPU
 #ifdef FA2_SWEEP_SPLITS
     plan.splits = FA2_SWEEP_SPLITS < cap ? FA2_SWEEP_SPLITS : cap;  // a sweep build: the fixed count, within the workspace
 #endif
@@ -923,7 +1026,8 @@ static int launch_with(const fa2_params *p, int64_t rows_before, void *launch)
     float *lse_part = a.lse_parts ? a.lse_parts + (size_t)a.plan.splits * rows_before : nullptr;
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
     dim3 grid((unsigned)(m_blocks_of(p) * a.plan.splits), p->heads_kv, p->batch);
-    fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, counters, o_part, lse_part);
+    fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, a.plan.sm_count * a.plan.blocks_per_sm, counters,
+                                                                     o_part, lse_part);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -989,10 +1093,16 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
         return -1;
     }
     const int tiles = key_tiles_of(p, plan.block_n);
-    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s%s, %lld blocks, %d per SM on %d SMs",
-             BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s" : "", tiles,
-             tiles > 1 ? "s" : "", plan.splits > 1 ? ", merged by the last to arrive" : "", plan.base_blocks * plan.splits,
-             plan.blocks_per_sm, plan.sm_count);
+    if (p->seqlens_k && plan.splits > 1)  // the lengths are on the GPU: each tile's count is chosen there
+        snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: up to %d splits of %d key tiles per tile, "
+                 "chosen on the GPU from the lengths, %lld blocks, %d per SM on %d SMs",
+                 BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, tiles, plan.base_blocks * plan.splits,
+                 plan.blocks_per_sm, plan.sm_count);
+    else
+        snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s%s, %lld blocks, %d per SM on %d SMs",
+                 BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s" : "", tiles,
+                 tiles > 1 ? "s" : "", plan.splits > 1 ? ", merged by the last to arrive" : "", plan.base_blocks * plan.splits,
+                 plan.blocks_per_sm, plan.sm_count);
     return 2 * plan.layout + (plan.splits > 1);
 }
 
