@@ -381,18 +381,27 @@ __device__ __forceinline__ int key_tiles_of_tile(const fa2_params &p, int seqlen
 // length, and the wave rule gives those `equal` tiles s splits; a split then holds the longest
 // tile's tiles / s. A tile of t key tiles takes ceil(t / that) splits: the longest s, a short
 // one 1. Uniform lengths give equal = base_blocks: the split count and ranges of choose_plan.
-// Lanes stride over the (sequence, query tile) pairs; batch x query tiles <= MAX_SPLIT_BLOCKS / 2
-// where there are splits at all (max_splits), so the loop is short and the sums fit easily:
-// work <= 2^11 x 2^24 key tiles (fa2.h: a sequence has at most 2^30 keys).
+// Each lane keeps LENGTH_LOADS lengths in flight: one L2 round trip per 32 x LENGTH_LOADS
+// sequences, not one per sequence. batch x query tiles <= MAX_SPLIT_BLOCKS / 2 where there
+// are splits at all (max_splits), so the sums fit easily: work <= 2^11 x 2^24 key tiles
+// (fa2.h: a sequence has at most 2^30 keys).
+constexpr int LENGTH_LOADS = 8;
 template <int BLOCK_N>
 __device__ int balanced_tiles_per_split(const fa2_params &p, int m_blocks, int group, int rows, int wave, int cap)
 {
     long long work = 0;
     int longest = 0;
-    for (int i = threadIdx.x % 32; i < p.batch * m_blocks; i += 32) {
-        const int tiles = key_tiles_of_tile<BLOCK_N>(p, p.seqlens_k[i / m_blocks], i % m_blocks, group, rows);
-        work += tiles;
-        longest = max(longest, tiles);
+    for (int b0 = threadIdx.x % 32; b0 < p.batch; b0 += 32 * LENGTH_LOADS) {
+        int seqlen[LENGTH_LOADS];  // past the batch: 0 keys, no tiles
+#pragma unroll
+        for (int j = 0; j < LENGTH_LOADS; j++) seqlen[j] = b0 + 32 * j < p.batch ? p.seqlens_k[b0 + 32 * j] : 0;
+#pragma unroll
+        for (int j = 0; j < LENGTH_LOADS; j++)
+            for (int m = 0; m < m_blocks; m++) {
+                const int tiles = key_tiles_of_tile<BLOCK_N>(p, seqlen[j], m, group, rows);
+                work += tiles;
+                longest = max(longest, tiles);
+            }
     }
 #pragma unroll
     for (int off = 16; off > 0; off /= 2) {
