@@ -35,6 +35,19 @@
  * 3. The number of splits comes from the GPU's limits (common/device_limits.h): the SM
  *    count, how many blocks fit on an SM, batch x kv heads x query tiles and the
  *    number of key tiles (choose_plan; the sweep behind it is sweep.sh).
+ *    With per-sequence lengths the work is uneven and only the GPU knows it (the lengths
+ *    are in its memory; the host would have to wait on the stream to read them). Split
+ *    by the longest length, a batch of one long and many short sequences leaves the long
+ *    one's few blocks streaming alone at the end. So the grid holds the most splits the
+ *    workspace takes, and every warp sums the key tiles of the whole launch from the
+ *    lengths and applies choose_plan's wave rule to that work as if it were tiles of the
+ *    longest length: one range length for the launch, and each tile as many ranges as its
+ *    keys fill (balanced_tiles_per_split). The long sequence gets many splits, a short one
+ *    one, uniform lengths the host's count. The blocks past their tile's count return
+ *    after that read of the lengths (about an L2 round trip each; a grid of batch x kv
+ *    heads x query tiles x max_splits blocks). Giving each block a (tile, split) by a
+ *    prefix sum over the tiles would launch none of them, at the price of a second
+ *    mapping from block to work; not done.
  *
  * 4. Key tiles and K/V stages from a shared-memory budget: 128 KB where a block
  *    may have it (2 stages of 128 keys at d128, 4 at d64: one block per SM keeps
@@ -44,9 +57,9 @@
  * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
  *    read by each block for its own sequence: its key tiles, causal shift and tail) and
  *    K and V in pages through a block table (a key tile within one page is looked up
- *    once; pages of fewer keys than a tile, row by row, once for K and V). The split count
- *    still comes from seqlen_k, the longest a sequence may be, so a short sequence's
- *    blocks finish early.
+ *    once; pages of fewer keys than a tile, row by row, once for K and V). Range
+ *    boundaries are whole tiles, so a tile crosses a page only where pages are smaller
+ *    than tiles, and that copy looks up every row's page.
  *
  * What stays from step 07: the swizzle, ldmatrix, the cp.async pipeline (one
  * barrier per key tile; at 2 stages it is step 07's double buffer), the unmasked
