@@ -393,9 +393,10 @@ __device__ __forceinline__ int key_tiles_of_tile(const fa2_params &p, int seqlen
 // that work, spread as evenly as whole tiles allow, is `equal` tiles of the longest one's
 // length, and the wave rule gives those `equal` tiles s splits; a split then holds the longest
 // tile's tiles / s. A tile of t key tiles takes ceil(t / that) splits: the longest s, a short
-// one 1. Uniform lengths give equal = base_blocks: the split count and ranges of choose_plan.
-// Each lane keeps LENGTH_LOADS lengths in flight: one L2 round trip per 32 x LENGTH_LOADS
-// sequences, not one per 32 (8 in flight made ptxas spill at d128 on sm_86 and sm_89). batch x query tiles <= MAX_SPLIT_BLOCKS / 2 where there
+// one 1. Uniform lengths (where every query tile sees as many keys) give equal = base_blocks:
+// the split count and ranges of choose_plan. Each lane keeps LENGTH_LOADS lengths in flight:
+// one L2 round trip per 32 x LENGTH_LOADS sequences, not one per 32 (8 in flight made ptxas
+// spill at d128 on sm_86 and sm_89). batch x query tiles <= MAX_SPLIT_BLOCKS / 2 where there
 // are splits at all (max_splits), so the sums fit easily: work <= 2^11 x 2^24 key tiles
 // (fa2.h: a sequence has at most 2^30 keys).
 constexpr int LENGTH_LOADS = 4;
