@@ -24,7 +24,8 @@
  *     of 16, 64 and 256 keys shuffled through the pool (fa2_problem_page), block table
  *     rows and pages padded past their minimum strides, pages without per-sequence
  *     lengths, lengths on dense K and V, NaN in a sequence's K row and V element,
- *     Nq 1 to 4 causal and not, GQA and MQA, batch 70,000 (a second launch, whose
+ *     Nq 1 to 4 causal and not, GQA and MQA, batches of 100 and 2048 uneven lengths
+ *     (more key ranges than blocks of a wave), batch 70,000 (a second launch, whose
  *     sequences have lengths, table rows and pages of their own), and two 99 KB
  *     presets. Every row no key of a sequence occupies holds NaN (unowned pages, a
  *     last page's tail, dense rows past a length, table entries past a sequence's
@@ -978,6 +979,23 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
     {
         static const int32_t uniform[4] = {5000, 5000, 5000, 5000};
         test_case c = kv_case(4, 32, 8, 1, 5000, 128, 0, FA2_BF16, 0, LENS(uniform));
+        run_case(steps, nsteps, &c);
+    }
+    /* Step 13's work queue (lengths and splits: one wave of blocks takes the key ranges as
+     * items) past one group of 32 (sequence, query tile) pairs and with many more items than
+     * blocks: 2048 sequences of up to 1500 keys, one kv head (2048 pairs, the most a launch with
+     * splits may have: 64 groups; 2048 items or more for at most a wave of blocks), in pages
+     * of 64; and 100 sequences whose longest (9000, 7000, 8191 keys) split many ways, two query
+     * tiles each (GQA 8, Nq 3, causal: the tiles see different keys), 200 pairs in 7 groups,
+     * in pages of 16. */
+    {
+        static const int32_t many[32] = {1500, 0,   1,   700, 129, 33,   1024, 5,   260, 1300, 64,   17,  900, 2,   450, 128,
+                                         1100, 77,  9,   600, 1499, 3,   350,  16,  800, 40,  1200, 250, 127, 0,   550, 1025};
+        test_case c = kv_case(2048, 8, 1, 1, 1500, 64, 0, FA2_FP16, 64, LENS(many));
+        run_case(steps, nsteps, &c);
+        static const int32_t few_long[32] = {9000, 1,  17, 300, 0,    129, 2000, 45, 640,  5,  128, 7000, 3,   999, 256,  60,
+                                             1,    4500, 77, 2,  1023, 33,  8,    3100, 0, 190, 12,  510,  64,  1500, 27, 8191};
+        c = kv_case(100, 16, 2, 3, 9000, 128, 1, FA2_BF16, 16, LENS(few_long));
         run_case(steps, nsteps, &c);
     }
     /* NaN in a sequence's own K row (its last key: the last page) and V element (mid-

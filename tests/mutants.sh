@@ -3,8 +3,9 @@
 # tuned kernel; 08, its loads on TMA; 13, the split-KV decode kernel: among its bugs, a tile's
 # last block that leaves its arrival counter at `splits` (the matrix's second call on the same
 # workspace then merges nothing), a block with an empty key range that never arrives, and with
-# per-sequence lengths a merge that waits for the grid's splits instead of its tile's, or a
-# tile's split count rounded down, its last key range dropped; or
+# per-sequence lengths a merge that waits for the most splits instead of its tile's, a tile's
+# last, shorter key range dropped, a work queue whose next item is not reset for the next
+# call, or an item looked up in the wrong group of 32 pairs (batches past 32 tiles); or
 # 14, the backward: D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's
 # second row dropped, the causal limit of dK, dV and dQ one key short) with one planted
 # bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
@@ -37,7 +38,9 @@ mutants=(
   "13|page_off_by_one|pages[key >> page_shift]|pages[(key >> page_shift) + 1]"
   "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
   "13|merge_counts_grid_splits|last = atomicAdd(counter, 1) == splits - 1;|last = atomicAdd(counter, 1) == grid_splits - 1;"
-  "13|balanced_last_range_dropped|max(1, (n_tiles + tiles_per_split - 1) / tiles_per_split)|max(1, n_tiles / tiles_per_split)"
+  "13|balanced_last_range_dropped|const bool last = rest != 0 || n_tiles == 0;|const bool last = n_tiles == 0;"
+  "13|queue_not_reset|*next_item = 0;|(void)next_item;"
+  "13|queue_group_search_off_by_one|if (qs.starts[k][mid] <= j) lo = mid;|if (qs.starts[k][mid] < j) lo = mid;"
   "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
   "14|bwd_causal_off_by_one|key <= row + shift|key < row + shift"

@@ -428,14 +428,61 @@ __device__ int balanced_tiles_per_split(const fa2_params &p, int m_blocks, int g
     return (longest + splits - 1) / splits;
 }
 
+// ---- the work queue (per-sequence lengths) ----------------------------------------
+//
+// A pair is (sequence b, query tile m), numbered b x m_blocks + m: its key tiles, and so its
+// ranges, are the same for every kv head. Its ranges are `full` of tiles_per_split tiles and a
+// last, shorter one (or, with no key, one empty range: O = 0, LSE = -inf). An item is one range
+// of one kv head's tile. Items are numbered by class, then kv head, then pair, then range:
+// class 0 holds the full ranges, classes 1 .. LAST_CLASSES the last ranges, by length from the
+// longest (tiles_per_split - 1) down to the empty one, so the queue hands out the longest
+// items first. A block takes its next item when it finishes one, so the blocks finish within
+// about one item of each other, and the last items taken decide how far apart: the shortest
+// (the longest-first rule of list scheduling). The lengths within a class are left unsorted.
+constexpr int LAST_CLASSES = 3, ITEM_CLASSES = 1 + LAST_CLASSES;
+// Pairs in groups of a warp's 32 lanes; with splits there are at most MAX_SPLIT_BLOCKS / 2
+// blocks of one split (max_splits), so at most that many pairs: 64 groups.
+constexpr int PAIR_GROUP = 32, MAX_PAIR_GROUPS = MAX_SPLIT_BLOCKS / 2 / PAIR_GROUP;
+struct TileItems {
+    int full;        // ranges of tiles_per_split tiles
+    int last_class;  // the class of the last, shorter range; 0: none
+};
+__device__ __forceinline__ TileItems tile_items(int n_tiles, int tiles_per_split)
+{
+    const int full = n_tiles / tiles_per_split, rest = n_tiles - full * tiles_per_split;
+    const bool last = rest != 0 || n_tiles == 0;
+    return {full, last ? 1 + LAST_CLASSES * (tiles_per_split - 1 - rest) / tiles_per_split : 0};
+}
+// Items of class k that pair `pair` has, per kv head (past the pairs: none).
+template <int BLOCK_N>
+__device__ __forceinline__ TileItems pair_items(const fa2_params &p, int pair, int pairs, int m_blocks, int group, int rows,
+                                                int tiles_per_split)
+{
+    if (pair >= pairs) return {0, 0};
+    const int b = pair / m_blocks;
+    return tile_items(key_tiles_of_tile<BLOCK_N>(p, p.seqlens_k[b], pair - b * m_blocks, group, rows), tiles_per_split);
+}
+__device__ __forceinline__ int class_count(TileItems t, int k) { return k == 0 ? t.full : t.last_class == k; }
+
+// The queue's shared memory, past K and V: where each group of pairs starts in each class's
+// items (per kv head; at most base_blocks x max_splits <= MAX_SPLIT_BLOCKS items in all, so
+// 16 bits hold them), the classes' sizes, and the item the block runs now.
+struct QueueSmem {
+    uint16_t starts[ITEM_CLASSES][MAX_PAIR_GROUPS];
+    int class_items[ITEM_CLASSES];
+    int n_items, tiles_per_split;
+    int pair, h_kv, split, splits;  // pair -1: the queue is empty
+};
+static_assert(MAX_SPLIT_BLOCKS < 65536, "an item's number fits the 16 bits of QueueSmem::starts");
+
 // ---- the kernel --------------------------------------------------------------
 
 // Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each; after the
 // last key tile the K/V space holds the warps' partial results for the merge:
 // O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each;
 // past them, in the block that merges the splits, each row's split weights
-// [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32). Last, the tile's
-// split count (one int in 16 bytes).
+// [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32). Last, with
+// per-sequence lengths, the work queue's QueueSmem (the launch's items, and the block's).
 template <int D, int BLOCK_N_, int STAGES_>
 struct SmemLayout {
     static constexpr int BLOCK_N = BLOCK_N_;              // keys per tile
@@ -449,8 +496,8 @@ struct SmemLayout {
     static constexpr int SPLIT_MERGE_BYTES = BLOCK_M * (MAX_SPLITS + D) * 4;
     static_assert(MERGE_BYTES + SPLIT_MERGE_BYTES <= KV_BYTES,
                   "the warps' partial O, max and sum, the split weights and the slots' sums of O fit where K and V were");
-    static constexpr int SPLITS_OFF = Q_BYTES + KV_BYTES;
-    static constexpr int BYTES = SPLITS_OFF + 16;
+    static constexpr int QUEUE_OFF = Q_BYTES + KV_BYTES;
+    static constexpr int BYTES = QUEUE_OFF + (int)(sizeof(QueueSmem) + 15) / 16 * 16;
 };
 // sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. and -DFA2_SWEEP_STAGES=..
 // to time other candidates in the first layout's place.
@@ -472,18 +519,23 @@ constexpr int SPLIT_KEY_TILE = 128;
 static_assert(LargeLayout<64>::BLOCK_N <= SPLIT_KEY_TILE && LargeLayout<128>::BLOCK_N <= SPLIT_KEY_TILE,
               "no layout has fewer key tiles than the split bound counts");
 
-// The grid is (query tile x grid_splits, kv head, batch); wave is sm_count x blocks_per_sm,
-// read only with per-sequence lengths. A tile of splits > 1: block (m_block, split) writes
-// O_s (fp32, normalised by its own row sum) to o_part [grid_splits][batch * heads_q *
+// One range of key tiles of one query tile (m_block, kv head h_kv, sequence b): range
+// `split` of the tile's `splits`. Without per-sequence lengths (QUEUE false) the grid is
+// (query tile x grid_splits, kv head, batch), a block per range, and every tile has
+// grid_splits ranges of even length; with them (QUEUE true) a block runs one item of the
+// work queue after another (fa2_split_kernel), and the item gives the range length and the
+// tile's count (queue_splits, in shared memory). A tile of splits > 1: the range's block
+// writes O_s (fp32, normalised by its own row sum) to o_part [grid_splits][batch * heads_q *
 // seqlen_q][D] and LSE_s to lse_part [grid_splits][batch * heads_q * seqlen_q], rows in the
 // order of fa2.h's LSE, and counts its arrival in counters [batch * heads_q * seqlen_q], the
 // int32 of its tile's first row (fa2.h: zero when the call begins, and again when it ends);
 // the tile's last block to arrive merges the splits into O and LSE.
 // Loads in flight per thread while the last block merges O_s (float4 each).
 constexpr int MERGE_LOADS = 16;
-template <typename T, int D, typename L>
-__global__ void __launch_bounds__(THREADS)
-    fa2_split_kernel(fa2_params p, int grid_splits, int wave, int *counters, float *o_part, float *lse_part)
+template <typename T, int D, typename L, bool QUEUE>
+__device__ __forceinline__ void split_range(const fa2_params &p, const int m_block, const int h_kv, const int b, const int split,
+                                            const int grid_splits, const int queue_tiles_per_split, const int *queue_splits,
+                                            int *counters, float *o_part, float *lse_part)
 {
     constexpr int BLOCK_N = L::BLOCK_N, WARP_KEYS = L::WARP_KEYS;
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
@@ -498,7 +550,6 @@ __global__ void __launch_bounds__(THREADS)
     const uint32_t k_saddr = q_saddr + L::Q_BYTES;                      // [STAGES][BLOCK_N][D]
     const uint32_t v_saddr = k_saddr + STAGES * L::STAGE_BYTES;         // [STAGES][BLOCK_N][D]
 
-    const int m_block = blockIdx.x / grid_splits, split = blockIdx.x % grid_splits, h_kv = blockIdx.y, b = blockIdx.z;
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q;  // packed rows of this kv head (< 2^31: fa2_supports)
     const int r0 = m_block * BLOCK_M;
@@ -517,25 +568,14 @@ __global__ void __launch_bounds__(THREADS)
     const int32_t *pages = p.block_table ? p.block_table + b * p.block_table_batch_stride : nullptr;
     const int page_shift = p.block_table ? __ffs(p.page_size) - 1 : 0;  // page_size is a power of two (fa2.h)
 
-    // The block's key tiles: those its last query row sees (causal), cut into ranges of
-    // whole tiles, `splits` of them for this tile. One length: the plan's count, grid_splits
-    // ranges of even length (the last ones may be empty). Per-sequence lengths: ranges of
-    // one length for the whole launch, as many as this tile's keys fill (at least one, so a
-    // sequence of no key still writes O = 0 and LSE = -inf); the blocks past them return at
-    // once, before they copy anything, count or write.
+    // The range's key tiles: those the tile's last query row sees (causal), cut into ranges
+    // of whole tiles. Without lengths, grid_splits ranges of even length (the last ones may be
+    // empty); with them, ranges of the launch's length, the last one shorter (at least one
+    // range, so a sequence of no key still writes O = 0 and LSE = -inf).
     const int first_query = r0 / group;
     const int n_tiles = key_tiles_of_tile<BLOCK_N>(p, seqlen_k, m_block, group, rows);
-    const bool balanced = p.seqlens_k && grid_splits > 1;
-    const int tiles_per_split = balanced ? balanced_tiles_per_split<BLOCK_N>(p, gridDim.x / grid_splits, group, rows, wave, grid_splits)
-                                         : (n_tiles + grid_splits - 1) / grid_splits;
-    const int tile_splits = balanced ? max(1, (n_tiles + tiles_per_split - 1) / tiles_per_split) : grid_splits;
-    if (split >= tile_splits) return;
+    const int tiles_per_split = QUEUE ? queue_tiles_per_split : (n_tiles + grid_splits - 1) / grid_splits;
     const int tile_lo = min(n_tiles, split * tiles_per_split), tile_hi = min(n_tiles, tile_lo + tiles_per_split);
-    // The count waits out the key loop in shared memory (the barriers before and after the loop
-    // order it): a register kept through the loop made ptxas trade registers for a spill to local
-    // memory at d64 on sm_90 (96 registers and 8 bytes of spill, where it keeps 128 and none).
-    int *splits_smem = reinterpret_cast<int *>(smem + L::SPLITS_OFF / 2);
-    if (threadIdx.x == 0) *splits_smem = tile_splits;
 
     // Prologue: Q, each packed row from its own query row and head (committed with
     // the first key tile below).
@@ -718,7 +758,10 @@ __global__ void __launch_bounds__(THREADS)
     // O, and the max and sum of each row over the warp's keys.
     cp_async_wait<0>();  // a block with no key tile never waited for Q: its copy may still be landing
     __syncthreads();     // every warp is done reading K and V before they are overwritten
-    const int splits = *splits_smem;  // this tile's
+    // This tile's ranges: with the queue, read from shared memory only now (a register kept
+    // through the key loop made ptxas trade registers for a spill to local memory at d64 on
+    // sm_90: 96 registers and 8 bytes of spill, where it keeps 128 and none).
+    const int splits = QUEUE ? *queue_splits : grid_splits;
     float(*o_merge)[BLOCK_M][L::O_PITCH] = reinterpret_cast<float(*)[BLOCK_M][L::O_PITCH]>(smem + L::Q_BYTES / 2);
     float(*m_merge)[BLOCK_M] = reinterpret_cast<float(*)[BLOCK_M]>(&o_merge[WARPS][0][0]);
     float(*l_merge)[BLOCK_M] = m_merge + WARPS;
@@ -911,6 +954,138 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
+// Warp 0 takes the block's next item from the queue (next_item, in the workspace) and
+// writes it to qs: the class from the classes' sizes, the kv head by division, the group of
+// pairs by a binary search of the class's starts, and the pair within the group by a scan of
+// its 32 pairs' counts (their lengths read again: the L1 or L2 holds them).
+template <int BLOCK_N>
+__device__ __forceinline__ void take_item(QueueSmem &qs, const fa2_params &p, int *next_item, int pairs, int m_blocks, int group, int rows)
+{
+    const int lane = threadIdx.x % 32;
+    int item = 0;
+    if (lane == 0) item = atomicAdd(next_item, 1);
+    item = __shfl_sync(0xffffffffu, item, 0);
+    if (item >= qs.n_items) {
+        if (lane == 0) qs.pair = -1;
+        return;
+    }
+    int k = 0;
+    while (item >= p.heads_kv * qs.class_items[k]) item -= p.heads_kv * qs.class_items[k++];
+    const int h_kv = item / qs.class_items[k], j = item - h_kv * qs.class_items[k];  // item j of class k of head h_kv
+    int lo = 0, hi = (pairs + PAIR_GROUP - 1) / PAIR_GROUP - 1;  // the last group that starts at or before j
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (qs.starts[k][mid] <= j) lo = mid;
+        else hi = mid - 1;
+    }
+    const int pair = lo * PAIR_GROUP + lane;
+    const TileItems t = pair_items<BLOCK_N>(p, pair, pairs, m_blocks, group, rows, qs.tiles_per_split);
+    const int count = class_count(t, k);
+    int upto = count;  // this class's items of the group's pairs up to this lane's
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+        const int x = __shfl_up_sync(0xffffffffu, upto, off);
+        if (lane >= off) upto += x;
+    }
+    const int before = qs.starts[k][lo] + upto - count;
+    if (before <= j && j < before + count) {  // one lane: the pair that holds item j
+        qs.pair = pair, qs.h_kv = h_kv;
+        qs.split = k == 0 ? j - before : t.full;  // a full range in order, or the last
+        qs.splits = t.full + (t.last_class != 0);
+    }
+}
+
+// Without per-sequence lengths: a block per range, the grid (query tile x grid_splits, kv
+// head, batch).
+template <typename T, int D, typename L>
+__global__ void __launch_bounds__(THREADS)
+    fa2_split_kernel(fa2_params p, int grid_splits, int *counters, float *o_part, float *lse_part)
+{
+    split_range<T, D, L, false>(p, blockIdx.x / grid_splits, blockIdx.y, blockIdx.z, blockIdx.x % grid_splits, grid_splits, 0, nullptr,
+                                counters, o_part, lse_part);
+}
+
+// With them: one wave of blocks (at most sm_count x blocks_per_sm, `wave`) and a queue of
+// items (the ranges of every tile of every kv head, at most grid_splits a tile): each block
+// counts the items from the lengths, as every other block does, then takes item after item
+// until none is left. The queue is two int32 at `queue` (fa2.h: zero when the call begins):
+// the next item, and the blocks that have left; the last block to leave sets both to zero
+// again for the next call (every block drew its last item before it counted itself out).
+// One block per SM at most fits the shared memory of any layout, so the registers a thread
+// may have are not what limits the blocks: the second bound lets ptxas take up to 255, where
+// its own choice for this kernel (168) spilled at d128: 32 bytes on sm_80, 4 on sm_86 and sm_89,
+// 16 on sm_90.
+template <typename T, int D, typename L>
+__global__ void __launch_bounds__(THREADS, 1)
+    fa2_queue_kernel(fa2_params p, int grid_splits, int wave, int *counters, int *queue, float *o_part, float *lse_part)
+{
+    constexpr int BLOCK_N = L::BLOCK_N;
+    extern __shared__ __align__(16) uint16_t smem[];
+    QueueSmem &qs = *reinterpret_cast<QueueSmem *>(smem + L::QUEUE_OFF / 2);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = p.heads_q / p.heads_kv, rows = group * p.seqlen_q;
+    const int m_blocks = (rows + BLOCK_M - 1) / BLOCK_M, pairs = p.batch * m_blocks;  // pairs <= MAX_SPLIT_BLOCKS / 2
+    const int groups = (pairs + PAIR_GROUP - 1) / PAIR_GROUP;
+    // Each warp: the range length, then the items of its groups of pairs, per class.
+    const int tiles_per_split = balanced_tiles_per_split<BLOCK_N>(p, m_blocks, group, rows, wave, grid_splits);
+    for (int c = warp; c < groups; c += WARPS) {
+        const TileItems t = pair_items<BLOCK_N>(p, c * PAIR_GROUP + lane, pairs, m_blocks, group, rows, tiles_per_split);
+        const int full = __reduce_add_sync(0xffffffffu, t.full);
+        if (lane == 0) qs.starts[0][c] = (uint16_t)full;
+#pragma unroll
+        for (int k = 1; k < ITEM_CLASSES; k++) {
+            const int last = __popc(__ballot_sync(0xffffffffu, t.last_class == k));
+            if (lane == 0) qs.starts[k][c] = (uint16_t)last;
+        }
+    }
+    __syncthreads();
+    // Warp 0: each class's counts become starts (an exclusive scan, two groups a lane).
+    static_assert(MAX_PAIR_GROUPS == 2 * 32, "a lane scans two groups of pairs");
+    if (warp == 0) {
+        int n_items = 0;
+#pragma unroll
+        for (int k = 0; k < ITEM_CLASSES; k++) {
+            const int c0 = 2 * lane, c1 = 2 * lane + 1;
+            const int a = c0 < groups ? qs.starts[k][c0] : 0, both = a + (c1 < groups ? qs.starts[k][c1] : 0);
+            int upto = both;
+#pragma unroll
+            for (int off = 1; off < 32; off *= 2) {
+                const int x = __shfl_up_sync(0xffffffffu, upto, off);
+                if (lane >= off) upto += x;
+            }
+            qs.starts[k][c0] = (uint16_t)(upto - both), qs.starts[k][c1] = (uint16_t)(upto - both + a);
+            const int total = __shfl_sync(0xffffffffu, upto, 31);
+            if (lane == 0) qs.class_items[k] = total;
+            n_items += total;
+        }
+        if (lane == 0) qs.n_items = n_items * p.heads_kv, qs.tiles_per_split = tiles_per_split;
+    }
+    for (;;) {
+        // Every thread is done with the last item's shared memory and qs's item (the first
+        // time: warp 0's starts are written); cp.async groups are all drained (split_range
+        // waits for every one before its merge).
+        __syncthreads();
+        if (warp == 0) take_item<BLOCK_N>(qs, p, queue, pairs, m_blocks, group, rows);
+        __syncthreads();
+        const int pair = qs.pair;
+        if (pair < 0) break;
+        const int b = pair / m_blocks;
+        split_range<T, D, L, true>(p, pair - b * m_blocks, qs.h_kv, b, qs.split, grid_splits, qs.tiles_per_split, &qs.splits, counters,
+                                   o_part, lse_part);
+    }
+    // Leaving. The fence orders this block's last draw before its count; the last block
+    // orders every draw it counted before its reset.
+    if (threadIdx.x == 0) {
+        int *const next_item = queue, *const blocks_left = queue + 1;
+        __threadfence();
+        if (atomicAdd(blocks_left, 1) == (int)gridDim.x - 1) {
+            __threadfence();
+            *next_item = 0;
+            *blocks_left = 0;
+        }
+    }
+}
+
 // ---- the split count ---------------------------------------------------------
 
 static long long m_blocks_of(const fa2_params *p) { return ((long long)p->heads_q / p->heads_kv * p->seqlen_q + BLOCK_M - 1) / BLOCK_M; }
@@ -930,8 +1105,9 @@ extern "C" size_t fa2_workspace_size(const fa2_params *p)
 {
     // Params the ABI refuses need none (fa2_supports says why); the checks also keep the
     // products below inside int64 and the group (heads_q / heads_kv) at least 1.
-    // Several splits: the tiles' arrival counters (fa2_workspace_counter_bytes: one int32 per
-    // row, a tile counts in its first row's), then O_s and LSE_s, 16-byte aligned after them.
+    // Several splits: the counters (fa2_workspace_counter_bytes: one int32 per row, where a
+    // tile counts its arrivals in its first row's, then the work queue's two), then O_s and
+    // LSE_s, 16-byte aligned after them.
     if (!fa2_validate_params(p, NULL, 0)) return 0;
     const int splits = max_splits(p);
     return splits > 1 ? fa2_workspace_counter_bytes(p) +
@@ -946,26 +1122,34 @@ struct Plan {
     int block_n, stages, smem_bytes;
     int splits, blocks_per_sm, sm_count;
     long long base_blocks;  // batch x kv heads x query tiles: the blocks of one split
+    bool queued;            // per-sequence lengths and splits: one wave of blocks and a work queue
 };
 
 // Blocks of layout L per SM. On the GPU itself the runtime's occupancy query answers
 // (it knows the registers ptxas gave this GPU's SASS); under FA2_EMULATE the same
 // rules are applied by arithmetic to the preset's numbers, with this build's
 // register count where a GPU can say (otherwise the 255 a thread may have at most).
-template <typename T, int D, typename L>
+// The kernel of a launch: a block per range, or the queue's (Plan::queued).
+template <typename T, int D, typename L, bool QUEUE>
+static const void *kernel_of()
+{
+    return QUEUE ? (const void *)fa2_queue_kernel<T, D, L> : (const void *)fa2_split_kernel<T, D, L>;
+}
+
+template <typename T, int D, typename L, bool QUEUE>
 static int blocks_per_sm_of(const fa2_limits *l)
 {
     if (L::BYTES > l->smem_per_block) return 0;
     int n = 0;
     if (!l->preset) {
-        if (cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) == cudaSuccess &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fa2_split_kernel<T, D, L>, THREADS, L::BYTES) == cudaSuccess)
+        if (cudaFuncSetAttribute(kernel_of<T, D, L, QUEUE>(), cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_of<T, D, L, QUEUE>(), THREADS, L::BYTES) == cudaSuccess)
             return n;
         cudaGetLastError();  // leave no error behind; the arithmetic answers instead
     }
     cudaFuncAttributes attr;
     int regs = 255;
-    if (cudaFuncGetAttributes(&attr, fa2_split_kernel<T, D, L>) == cudaSuccess) regs = attr.numRegs;
+    if (cudaFuncGetAttributes(&attr, kernel_of<T, D, L, QUEUE>()) == cudaSuccess) regs = attr.numRegs;
     else cudaGetLastError();
     return fa2_limits_blocks_per_sm(l, THREADS, regs, L::BYTES);
 }
@@ -977,21 +1161,24 @@ static int blocks_per_sm_of(const fa2_limits *l)
 // and merge, longer key ranges to pipeline). At least one wave's worth of blocks
 // already fills the GPU: s = 1 unless more splits fill the last wave better.
 // With per-sequence lengths the host cannot weigh the work (the lengths are in the GPU's
-// memory, and reading them would wait on the stream): the grid has max_splits splits, and
-// the kernel applies the same rule to the lengths (balanced_tiles_per_split).
+// memory, and reading them would wait on the stream): the plan allows max_splits splits, the
+// kernel applies the same rule to the lengths (balanced_tiles_per_split), and one wave of
+// blocks of the queue's kernel takes the ranges from a queue.
 // The layout is the first, of LargeLayout and SmallLayout, that fits the GPU.
 template <typename T, int D>
 static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
 {
     // Asked once per process and preset: the queries cost microseconds, a launch's whole budget.
-    static int fits[LAYOUTS];
+    static int fits[LAYOUTS], queue_fits[LAYOUTS];  // the grid's kernel, the queue's
     static const char *fits_for = "";  // the preset (NULL: the GPU) they were asked for; "" not yet
     if (fits_for == nullptr ? l->preset != nullptr : (l->preset == nullptr || strcmp(fits_for, l->preset) != 0)) {
-        fits[LARGE_LAYOUT] = blocks_per_sm_of<T, D, LargeLayout<D>>(l);
-        fits[SMALL_LAYOUT] = blocks_per_sm_of<T, D, SmallLayout<D>>(l);
+        fits[LARGE_LAYOUT] = blocks_per_sm_of<T, D, LargeLayout<D>, false>(l);
+        fits[SMALL_LAYOUT] = blocks_per_sm_of<T, D, SmallLayout<D>, false>(l);
+        queue_fits[LARGE_LAYOUT] = blocks_per_sm_of<T, D, LargeLayout<D>, true>(l);
+        queue_fits[SMALL_LAYOUT] = blocks_per_sm_of<T, D, SmallLayout<D>, true>(l);
         fits_for = l->preset;
     }
-    Plan plan = {-1, 0, 0, 0, 1, 0, l->sm_count, base_blocks_of(p)};
+    Plan plan = {-1, 0, 0, 0, 1, 0, l->sm_count, base_blocks_of(p), false};
     if (fits[LARGE_LAYOUT] > 0) {
         plan.layout = LARGE_LAYOUT, plan.block_n = LargeLayout<D>::BLOCK_N, plan.stages = LargeLayout<D>::STAGES;
         plan.smem_bytes = LargeLayout<D>::BYTES;
@@ -1011,10 +1198,12 @@ static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
         best = efficiency[s] > best ? efficiency[s] : best;
     }
     while (efficiency[plan.splits] < 0.95 * best) plan.splits++;
-    if (p->seqlens_k) plan.splits = cap;  // the grid's; each tile's own count is chosen on the GPU
+    if (p->seqlens_k) plan.splits = cap;  // the most; each tile's own count is chosen on the GPU
 #ifdef FA2_SWEEP_SPLITS
     plan.splits = FA2_SWEEP_SPLITS < cap ? FA2_SWEEP_SPLITS : cap;  // a sweep build: the fixed count, within the workspace
 #endif
+    plan.queued = p->seqlens_k && plan.splits > 1;
+    if (plan.queued) plan.blocks_per_sm = queue_fits[plan.layout] > 0 ? queue_fits[plan.layout] : 1;
     return plan;
 }
 
@@ -1033,6 +1222,7 @@ static Plan plan_of(const fa2_params *p, const fa2_limits *l)
 struct Launch {
     Plan plan;
     int *counters;               // [rows], zero between calls (fa2.h), rows = batch x heads_q x seqlen_q
+    int *queue;                  // the work queue's next item and blocks left (plan.queued), zero between calls
     float *o_parts, *lse_parts;  // [splits][rows][D] and [splits][rows]
     cudaStream_t stream;
 };
@@ -1040,6 +1230,8 @@ struct Launch {
 // One launch over (query tile x split, kv head, batch); a call whose batch or heads pass
 // the grid's 65,535 runs as several (fa2_for_each_grid_chunk), each with its rows'
 // share of the workspace, from row rows_before on: its own tiles' counters and partials.
+// Queued (never chunked: batch x kv heads <= MAX_SPLIT_BLOCKS / 2 where there are splits):
+// one wave of blocks, or fewer where the tiles cannot have that many ranges.
 template <typename T, int D, typename L>
 static int launch_with(const fa2_params *p, int64_t rows_before, void *launch)
 {
@@ -1047,10 +1239,17 @@ static int launch_with(const fa2_params *p, int64_t rows_before, void *launch)
     int *counters = a.counters ? a.counters + rows_before : nullptr;
     float *o_part = a.o_parts ? a.o_parts + (size_t)a.plan.splits * rows_before * D : nullptr;
     float *lse_part = a.lse_parts ? a.lse_parts + (size_t)a.plan.splits * rows_before : nullptr;
-    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    dim3 grid((unsigned)(m_blocks_of(p) * a.plan.splits), p->heads_kv, p->batch);
-    fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, a.plan.sm_count * a.plan.blocks_per_sm, counters,
-                                                                     o_part, lse_part);
+    const int wave = a.plan.sm_count * a.plan.blocks_per_sm;
+    if (a.plan.queued) {
+        FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_queue_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
+        const long long items = base_blocks_of(p) * a.plan.splits;  // the most the tiles may have
+        fa2_queue_kernel<T, D, L><<<(unsigned)(items < wave ? items : wave), THREADS, L::BYTES, a.stream>>>(
+            *p, a.plan.splits, wave, counters, a.queue, o_part, lse_part);
+    } else {
+        FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
+        dim3 grid((unsigned)(m_blocks_of(p) * a.plan.splits), p->heads_kv, p->batch);
+        fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, counters, o_part, lse_part);
+    }
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -1061,9 +1260,10 @@ static int launch(const fa2_params *p, void *stream)
     fa2_limits l;
     char why[256];
     if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
-    Launch a = {choose_plan<T, D>(p, &l), nullptr, nullptr, nullptr, (cudaStream_t)stream};
+    Launch a = {choose_plan<T, D>(p, &l), nullptr, nullptr, nullptr, nullptr, (cudaStream_t)stream};
     if (a.plan.splits > 1) {
         a.counters = (int *)p->workspace;
+        a.queue = (int *)((char *)p->workspace + fa2_workspace_counter_bytes(p)) - 4;  // the counters' last 16 bytes (fa2.h)
         a.o_parts = (float *)((char *)p->workspace + fa2_workspace_counter_bytes(p));
         a.lse_parts = a.o_parts + (size_t)a.plan.splits * p->batch * p->heads_q * p->seqlen_q * D;
     }
@@ -1116,16 +1316,18 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
         return -1;
     }
     const int tiles = key_tiles_of(p, plan.block_n);
-    if (p->seqlens_k && plan.splits > 1)  // the lengths are on the GPU: each tile's count is chosen there
+    if (plan.queued) {  // the lengths are on the GPU: each tile's count is chosen there
+        const long long items = plan.base_blocks * plan.splits, wave = (long long)plan.sm_count * plan.blocks_per_sm;
         snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: up to %d splits of %d key tiles per tile, "
-                 "chosen on the GPU from the lengths, %lld blocks, %d per SM on %d SMs",
-                 BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, tiles, plan.base_blocks * plan.splits,
+                 "chosen on the GPU from the lengths, merged by the last to arrive; %lld blocks (%d per SM on %d SMs) take them from a queue",
+                 BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, tiles, items < wave ? items : wave,
                  plan.blocks_per_sm, plan.sm_count);
-    else
+    } else {
         snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s%s, %lld blocks, %d per SM on %d SMs",
                  BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s" : "", tiles,
                  tiles > 1 ? "s" : "", plan.splits > 1 ? ", merged by the last to arrive" : "", plan.base_blocks * plan.splits,
                  plan.blocks_per_sm, plan.sm_count);
+    }
     return 2 * plan.layout + (plan.splits > 1);
 }
 
