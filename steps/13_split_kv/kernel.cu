@@ -38,16 +38,24 @@
  *    With per-sequence lengths the work is uneven and only the GPU knows it (the lengths
  *    are in its memory; the host would have to wait on the stream to read them). Split
  *    by the longest length, a batch of one long and many short sequences leaves the long
- *    one's few blocks streaming alone at the end. So the grid holds the most splits the
- *    workspace takes, and every warp sums the key tiles of the whole launch from the
- *    lengths and applies choose_plan's wave rule to that work as if it were tiles of the
- *    longest length: one range length for the launch, and each tile as many ranges as its
- *    keys fill (balanced_tiles_per_split). The long sequence gets many splits, a short one
- *    one, uniform lengths the host's count. The blocks past their tile's count return
- *    after that read of the lengths (about an L2 round trip each; a grid of batch x kv
- *    heads x query tiles x max_splits blocks). Giving each block a (tile, split) by a
- *    prefix sum over the tiles would launch none of them, at the price of a second
- *    mapping from block to work; not done.
+ *    one's few blocks streaming alone at the end. So every warp sums the key tiles of the
+ *    whole launch from the lengths and applies choose_plan's wave rule to that work as if
+ *    it were tiles of the longest length: one range length for the launch, and each tile
+ *    as many ranges as its keys fill (balanced_tiles_per_split). The long sequence gets
+ *    many ranges, a short one one, uniform lengths the host's count. A grid of a block per
+ *    range the workspace allows (max_splits per tile) is mostly blocks that find no range
+ *    and return, each still a pass through an SM: 3968 of 4096 at B8 Hkv8 Nk8192 given as
+ *    lengths, a third slower than without them. So one wave of blocks takes the ranges
+ *    from a queue instead (fa2_queue_kernel): an int32 counter in the workspace that each
+ *    block increments for its next item (a range of one kv head's tile) until none is
+ *    left; a block finds its item's tile by a binary search of where each group of 32
+ *    tiles' items start, which it counted from the lengths into shared memory. The queue
+ *    hands out the full ranges first, then the shorter last ones, longest first (three
+ *    classes of length, unsorted within each): each block takes an item when it finishes
+ *    one, so the blocks finish within about one item of each other, and it is the last
+ *    items taken, the shortest, that decide by how much (the longest-first rule of list
+ *    scheduling). The last block to leave resets the counter, as the last block of a
+ *    tile resets the tile's. Without lengths the grid and its code are as before.
  *
  * 4. Key tiles and K/V stages from a shared-memory budget: 128 KB where a block
  *    may have it (2 stages of 128 keys at d128, 4 at d64: one block per SM keeps
@@ -1011,10 +1019,10 @@ __global__ void __launch_bounds__(THREADS)
 // until none is left. The queue is two int32 at `queue` (fa2.h: zero when the call begins):
 // the next item, and the blocks that have left; the last block to leave sets both to zero
 // again for the next call (every block drew its last item before it counted itself out).
-// One block per SM at most fits the shared memory of any layout, so the registers a thread
-// may have are not what limits the blocks: the second bound lets ptxas take up to 255, where
-// its own choice for this kernel (168) spilled at d128: 32 bytes on sm_80, 4 on sm_86 and sm_89,
-// 16 on sm_90.
+// The shared memory of every layout allows one block per SM where it is chosen (128 KB of K
+// and V, or a 99 KB block on a 100 KB SM), so registers do not limit the blocks: the second
+// bound lets ptxas take up to 255 a thread, where its own choice for this kernel (168) spilled
+// at d128: 32 bytes on sm_80, 4 on sm_86 and sm_89, 16 on sm_90.
 template <typename T, int D, typename L>
 __global__ void __launch_bounds__(THREADS, 1)
     fa2_queue_kernel(fa2_params p, int grid_splits, int wave, int *counters, int *queue, float *o_part, float *lse_part)
