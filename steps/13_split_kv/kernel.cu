@@ -766,9 +766,9 @@ __device__ __forceinline__ void split_range(const fa2_params &p, const int m_blo
     // O, and the max and sum of each row over the warp's keys.
     cp_async_wait<0>();  // a block with no key tile never waited for Q: its copy may still be landing
     __syncthreads();     // every warp is done reading K and V before they are overwritten
-    // This tile's ranges: with the queue, read from shared memory only now (a register kept
-    // through the key loop made ptxas trade registers for a spill to local memory at d64 on
-    // sm_90: 96 registers and 8 bytes of spill, where it keeps 128 and none).
+    // This tile's ranges: with the queue, read from the item in shared memory only now (a
+    // count kept in a register through the key loop once made ptxas spill 8 bytes at d64 on
+    // sm_90, in a kernel that held it for every block).
     const int splits = QUEUE ? *queue_splits : grid_splits;
     float(*o_merge)[BLOCK_M][L::O_PITCH] = reinterpret_cast<float(*)[BLOCK_M][L::O_PITCH]>(smem + L::Q_BYTES / 2);
     float(*m_merge)[BLOCK_M] = reinterpret_cast<float(*)[BLOCK_M]>(&o_merge[WARPS][0][0]);
