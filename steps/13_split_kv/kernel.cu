@@ -44,7 +44,9 @@
  * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
  *    read by each block for its own sequence: its key tiles, causal shift and tail) and
  *    K and V in pages through a block table (a key tile within one page is looked up
- *    once; pages of fewer keys than a tile, row by row, once for K and V). The split count
+ *    once; with pages of fewer keys than a tile, each copy pass's rows share a page, whose
+ *    entry one thread per pass loads two tiles ahead: the copy reads the pass's row
+ *    addresses from shared memory and never waits on the table). The split count
  *    still comes from seqlen_k, the longest a sequence may be, so a short sequence's
  *    blocks finish early.
  *
