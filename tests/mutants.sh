@@ -33,6 +33,7 @@ mutants=(
   "13|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
   "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
   "13|page_off_by_one|pages[key >> page_shift]|pages[(key >> page_shift) + 1]"
+  "13|page_ring_a_tile_late|next_page = page_of(nn + 2);|next_page = page_of(nn + 1);"
   "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
   "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
