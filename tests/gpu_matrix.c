@@ -21,7 +21,8 @@
  *     with Nq > 1, peaky scores and NaN in a K row or V element of one key range;
  *   - a KV cache (fa2.h): lengths per sequence mixed in one batch (0, 1, a page
  *     boundary -1/0/+1, one near a 128-key boundary, the longest), K and V in pages
- *     of 16, 64 and 256 keys shuffled through the pool (fa2_problem_page), block table
+ *     of 16, 32, 64 and 256 keys shuffled through the pool (fa2_problem_page), blocks
+ *     that run many key tiles of small pages, block table
  *     rows and pages padded past their minimum strides, pages without per-sequence
  *     lengths, lengths on dense K and V, NaN in a sequence's K row and V element,
  *     Nq 1 to 4 causal and not, GQA and MQA, batches of 100 and 2048 uneven lengths
@@ -948,6 +949,17 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
             c.kv_pad = t;
             run_case(steps, nsteps, &c);
         }
+    /* Pages of 16 and 32 keys with many key tiles per block: 16 sequences x 8 kv heads are
+     * about a wave of blocks, so a block takes few splits and each one's copies go round
+     * step 13's ring of page addresses (one slot per K/V stage) many times; lengths that
+     * end mid-page and mid-tile, one of a single page and a bit. */
+    for (int s = 0; s < 2; s++)
+        for (int d = 64; d <= 128; d += 64) {
+            const int32_t lens[8] = {4097, 4000, 2049, 3001, 17, 4096, 129, 1000};
+            test_case c = kv_case(16, 16, 8, 1 + s, 4097, d, s, (fa2_dtype)(d == 128), 16 << s, lens);
+            c.kv_pad = s;
+            run_case(steps, nsteps, &c);
+        }
     /* Lengths on dense K and V (their rows past a length hold NaN): around both tile sizes'
      * first boundaries, 0, 1 and the longest; decode and causal Nq 4. */
     for (int t = 0; t < 2; t++)
@@ -1019,7 +1031,7 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
         run_case(steps, nsteps, &c);
     }
     /* A GPU whose blocks get 99 KB of shared memory (step 13's small layout: 64-key tiles
-     * at d128, 128 at d64): pages of 16 and 256, both head dims. */
+     * at d128, 128 at d64 in 3 stages): pages of 256 at d64, of 16 at both head dims. */
     static const char *const small_presets[] = {"rtx4090", "gb10"};
     for (int t = 0; t < 2; t++) {
         setenv("FA2_EMULATE", small_presets[t], 1);
@@ -1031,8 +1043,8 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
             printf("SKIP the KV-cache cases as %s: %s\n", small_presets[t], why);
             continue;
         }
-        for (int d = 64; d <= 128; d += 64) {
-            const int ps = d == 64 ? 256 : 16;
+        for (int i = 0; i < 3; i++) {
+            const int d = i == 1 ? 128 : 64, ps = i == 0 ? 256 : 16;
             const int32_t lens[5] = {ps + 1, 0, 1, 4097, ps - 1};
             test_case c = kv_case(5, 16, 2, d == 64 ? 1 : 3, 4097, d, d == 128, (fa2_dtype)t, ps, LENS(lens));
             c.kv_pad = d == 128, c.preset = small_presets[t];

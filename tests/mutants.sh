@@ -36,6 +36,7 @@ mutants=(
   "13|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
   "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
   "13|page_off_by_one|pages[key >> page_shift]|pages[(key >> page_shift) + 1]"
+  "13|page_ring_a_tile_late|next_page = page_of(nn + 2);|next_page = page_of(nn + 1);"
   "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
   "13|merge_counts_grid_splits|last = atomicAdd(counter, 1) == splits - 1;|last = atomicAdd(counter, 1) == grid_splits - 1;"
   "13|balanced_last_range_dropped|const bool last = rest != 0 || n_tiles == 0;|const bool last = n_tiles == 0;"

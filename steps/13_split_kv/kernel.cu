@@ -65,9 +65,10 @@
  * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
  *    read by each block for its own sequence: its key tiles, causal shift and tail) and
  *    K and V in pages through a block table (a key tile within one page is looked up
- *    once; pages of fewer keys than a tile, row by row, once for K and V). Range
- *    boundaries are whole tiles, so a tile crosses a page only where pages are smaller
- *    than tiles, and that copy looks up every row's page.
+ *    once; with pages of fewer keys than a tile, each copy pass's rows share a page, whose
+ *    entry one thread per pass loads two tiles ahead: the copy reads the pass's row
+ *    addresses from shared memory and never waits on the table). Range boundaries are
+ *    whole tiles, so a tile crosses pages only where pages are smaller than tiles.
  *
  * What stays from step 07: the swizzle, ldmatrix, the cp.async pipeline (one
  * barrier per key tile; at 2 stages it is step 07's double buffer), the unmasked
@@ -294,31 +295,39 @@ struct TileCopy {
     }
 
     // The K and V copies of a tile that crosses pages (fa2.h's paged K and V, pages of
-    // fewer keys than a tile): row r is key key0 + r of the sequence, in page
-    // pages[(key0 + r) >> page_shift] of each pool, at row (key0 + r) & page_mask of it.
-    // Each pass looks its row's page up once for K and V; rows from valid_rows on are
-    // zero-filled, and their block-table entries, which may lie past the sequence's
-    // pages, are never read.
-    template <int ROWS>
-    __device__ __forceinline__ void issue_paged(uint32_t k_tile_saddr, uint32_t v_tile_saddr, const uint16_t *k_pool,
-                                                const uint16_t *v_pool, const int32_t *pages, int key0, int page_shift,
-                                                const fa2_params &p, int valid_rows) const
+    // fewer keys than a tile). A pass's rows, row0 + pass * ROWS_PER_PASS for the threads'
+    // row0 < ROWS_PER_PASS, lie in one page (pages hold a power of two of at least 16 keys,
+    // ROWS_PER_PASS is 8 or 16), so the kernel looks each pass's page up once per tile, a
+    // tile ahead, and leaves in shared memory (pass_rows[pass]) the addresses of the
+    // pass's first row in the K and V pools; this thread's row and chunk are k_bytes and
+    // v_bytes further. The copy reads no block table: a 64-bit add and a cp.async per
+    // row, as the dense copy's. Rows from valid_rows on are zero-filled (their addresses
+    // lie in a page of the pool: a source address that exists).
+    template <int ROWS, bool FULL>
+    __device__ __forceinline__ void issue_paged(uint32_t k_tile_saddr, uint32_t v_tile_saddr, int64_t k_bytes, int64_t v_bytes,
+                                                const ulonglong2 *pass_rows, int valid_rows) const
     {
         static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
-        const int page_mask = (1 << page_shift) - 1;
+        static_assert(ROWS_PER_PASS <= 16 && (ROWS_PER_PASS & (ROWS_PER_PASS - 1)) == 0,
+                      "a pass's rows lie in one page of 16 or more keys");
+        // The addresses are read 4 passes at a time, before those passes' copies: a cp.async
+        // writes shared memory, so no load of it moves past one, and a load per copy would
+        // wait out its latency (some 30 cycles) at every pass.
+        constexpr int PASSES = ROWS / ROWS_PER_PASS, BATCH = PASSES < 4 ? PASSES : 4;
+        static_assert(PASSES % BATCH == 0, "the passes come in whole batches");
 #pragma unroll
-        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
-            const uint32_t dst_off = smem_off + pass * ROWS_PER_PASS * D * 2;
-            const int row = row0 + pass * ROWS_PER_PASS, key = key0 + row;
-            const bool valid = row < valid_rows;
-            const uint16_t *k_src = k_pool + col, *v_src = v_pool + col;
-            if (valid) {
-                const int64_t page = pages[key >> page_shift], in_page = key & page_mask;
-                k_src += page * p.k_batch_stride + in_page * p.k_row_stride;
-                v_src += page * p.v_batch_stride + in_page * p.v_row_stride;
+        for (int pass0 = 0; pass0 < PASSES; pass0 += BATCH) {
+            ulonglong2 row[BATCH];
+#pragma unroll
+            for (int i = 0; i < BATCH; i++) row[i] = pass_rows[pass0 + i];
+#pragma unroll
+            for (int i = 0; i < BATCH; i++) {
+                const int pass = pass0 + i;
+                const uint32_t dst_off = smem_off + pass * ROWS_PER_PASS * D * 2;
+                const bool valid = FULL || row0 + pass * ROWS_PER_PASS < valid_rows;
+                cp_async_16(k_tile_saddr + dst_off, (const void *)(row[i].x + k_bytes), valid);  // src-size 0 reads nothing
+                cp_async_16(v_tile_saddr + dst_off, (const void *)(row[i].y + v_bytes), valid);
             }
-            cp_async_16(k_tile_saddr + dst_off, k_src, valid);  // src-size 0 reads nothing
-            cp_async_16(v_tile_saddr + dst_off, v_src, valid);
         }
     }
 };
@@ -485,8 +494,9 @@ static_assert(MAX_SPLIT_BLOCKS < 65536, "an item's number fits the 16 bits of Qu
 
 // ---- the kernel --------------------------------------------------------------
 
-// Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each; after the
-// last key tile the K/V space holds the warps' partial results for the merge:
+// Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each, then the
+// addresses in pages smaller than a tile [STAGES][PAGE_PASSES] (K's and V's, 8 bytes
+// each, for each copy pass of a tile: TileCopy::issue_paged); after the last key tile the K/V space holds the warps' partial results for the merge:
 // O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each;
 // past them, in the block that merges the splits, each row's split weights
 // [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32). Last, with
@@ -504,7 +514,9 @@ struct SmemLayout {
     static constexpr int SPLIT_MERGE_BYTES = BLOCK_M * (MAX_SPLITS + D) * 4;
     static_assert(MERGE_BYTES + SPLIT_MERGE_BYTES <= KV_BYTES,
                   "the warps' partial O, max and sum, the split weights and the slots' sums of O fit where K and V were");
-    static constexpr int QUEUE_OFF = Q_BYTES + KV_BYTES;
+    static constexpr int PAGE_PASSES = BLOCK_N / (THREADS / (D * 2 / 16));  // TileCopy's passes over a tile
+    static constexpr int PAGE_BYTES = STAGES * PAGE_PASSES * 16;
+    static constexpr int QUEUE_OFF = Q_BYTES + KV_BYTES + PAGE_BYTES;
     static constexpr int BYTES = QUEUE_OFF + (int)(sizeof(QueueSmem) + 15) / 16 * 16;
 };
 // sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. and -DFA2_SWEEP_STAGES=..
@@ -557,6 +569,7 @@ __device__ __forceinline__ void split_range(const fa2_params &p, const int m_blo
     const uint32_t q_saddr = (uint32_t)__cvta_generic_to_shared(smem);  // [BLOCK_M][D]
     const uint32_t k_saddr = q_saddr + L::Q_BYTES;                      // [STAGES][BLOCK_N][D]
     const uint32_t v_saddr = k_saddr + STAGES * L::STAGE_BYTES;         // [STAGES][BLOCK_N][D]
+    ulonglong2 *const page_rows = reinterpret_cast<ulonglong2 *>(smem + (L::Q_BYTES + L::KV_BYTES) / 2);  // [STAGES][PAGE_PASSES]
 
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q;  // packed rows of this kv head (< 2^31: fa2_supports)
@@ -597,16 +610,51 @@ __device__ __forceinline__ void split_range(const fa2_params &p, const int m_blo
         if (valid) src += (int64_t)pr.query * p.q_row_stride + pr.head * p.q_head_stride + col;
         cp_async_16(q_saddr + swizzled_offset<D>(row, col), src, valid);
     }
+    // Pages of fewer keys than a tile: each of the tile's copy passes (TileCopy::issue_paged)
+    // takes its rows from one page, and thread `pass` (pass < PAGE_PASSES) looks that page
+    // up for every tile, two tiles before the tile's copy is issued: the load is issued
+    // with one copy and its addresses are stored with the next, in the tile's slot
+    // (nn % STAGES), which the barrier of the key tile after that makes every thread's.
+    // The copy itself then never waits on the block table, and the table is read once
+    // per pass and tile instead of once per row. Tiles past the block's range, and passes
+    // past the sequence's last key, read no entry (they take page 0, which exists).
+    constexpr int PAGE_PASSES = L::PAGE_PASSES;
+    const bool small_pages = pages && p.page_size < BLOCK_N;
+    const int pass_key = threadIdx.x * (BLOCK_N / PAGE_PASSES);  // the first key of thread `pass`'s pass in a tile
+    const int pass_row = pass_key & (p.page_size - 1);           // its row in its page
+    auto page_of = [&](const int nn) {                           // thread `pass`'s block-table entry for tile nn
+        const int key = nn * BLOCK_N + pass_key;
+        return threadIdx.x < PAGE_PASSES && nn < tile_hi && key < seqlen_k ? pages[key >> page_shift] : 0;
+    };
+    auto store_page = [&](const int nn, const int page) {  // its row addresses for tile nn, into the tile's slot
+        if (threadIdx.x < PAGE_PASSES)
+            page_rows[nn % STAGES * PAGE_PASSES + threadIdx.x] =
+                make_ulonglong2((uint64_t)(k + page * p.k_batch_stride + pass_row * p.k_row_stride),
+                                (uint64_t)(v + page * p.v_batch_stride + pass_row * p.v_row_stride));
+    };
+    int next_page = 0;  // the entry for the tile after the next one to store (issue_tile's `step`)
     // Key tile nn's K and V into its stage, nn % STAGES. Only the seqlen_k tail has rows
     // to zero-fill; full tiles skip the per-row checks. Paged K and V: a tile within one
     // page (pages of at least a tile's keys: both powers of two, so tiles never straddle
-    // one) is the dense copy from that page, looked up once; smaller pages, row by row.
+    // one) is the dense copy from that page, looked up once; smaller pages, a tile the
+    // addresses above prepared. `step` (the key loop's copies, not the prologue's): the
+    // copy of tile nn also stores tile nn + 1's addresses and loads tile nn + 2's entry.
     const TileCopy<D, THREADS> tile_copy;
-    auto issue_tile = [&](const int nn) {
+    auto issue_tile = [&](const int nn, const bool step) {
         const int n0 = nn * BLOCK_N;
         const uint32_t off = nn % STAGES * L::STAGE_BYTES;
-        if (pages && p.page_size < BLOCK_N) {
-            tile_copy.template issue_paged<BLOCK_N>(k_saddr + off, v_saddr + off, k, v, pages, n0, page_shift, p, seqlen_k - n0);
+        if (small_pages) {
+            const ulonglong2 *pass_rows = page_rows + nn % STAGES * PAGE_PASSES;
+            const int64_t k_bytes = (tile_copy.row0 * p.k_row_stride + tile_copy.col) * 2;  // this thread's row and chunk
+            const int64_t v_bytes = (tile_copy.row0 * p.v_row_stride + tile_copy.col) * 2;  // from a pass's first row
+            if (n0 + BLOCK_N <= seqlen_k)
+                tile_copy.template issue_paged<BLOCK_N, true>(k_saddr + off, v_saddr + off, k_bytes, v_bytes, pass_rows, BLOCK_N);
+            else
+                tile_copy.template issue_paged<BLOCK_N, false>(k_saddr + off, v_saddr + off, k_bytes, v_bytes, pass_rows, seqlen_k - n0);
+            if (step) {
+                store_page(nn + 1, next_page);
+                next_page = page_of(nn + 2);
+            }
             return;
         }
         const uint16_t *k_tile = k, *v_tile = v;
@@ -626,12 +674,24 @@ __device__ __forceinline__ void split_range(const fa2_params &p, const int m_blo
             tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v_tile, p.v_row_stride, seqlen_k - n0);
         }
     };
+    // Small pages: the addresses of the prologue's tiles and of the key loop's first copy
+    // (tiles tile_lo .. tile_lo + STAGES - 1, one slot each), and the entry its step stores.
+    // Their loads are issued together, and the barrier waits for them once per block.
+    if (small_pages) {
+        int first_pages[STAGES];
+#pragma unroll
+        for (int i = 0; i < STAGES; i++) first_pages[i] = page_of(tile_lo + i);
+        next_page = page_of(tile_lo + STAGES);
+#pragma unroll
+        for (int i = 0; i < STAGES; i++) store_page(tile_lo + i, first_pages[i]);
+        __syncthreads();
+    }
     // The first STAGES - 1 tiles, one commit group each (Q joins the first); each key
     // tile then commits one group, with the tile STAGES - 1 ahead (or nothing past the
     // range), so "tile nb has landed" is always "at most STAGES - 2 groups pending".
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
-        if (tile_lo + i < tile_hi) issue_tile(tile_lo + i);
+        if (tile_lo + i < tile_hi) issue_tile(tile_lo + i, false);
         cp_async_commit();
     }
 
@@ -675,7 +735,7 @@ __device__ __forceinline__ void split_range(const fa2_params &p, const int m_blo
         // stage the copy of tile nb + STAGES - 1 below overwrites.
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (nb + STAGES - 1 < tile_hi) issue_tile(nb + STAGES - 1);
+        if (nb + STAGES - 1 < tile_hi) issue_tile(nb + STAGES - 1, true);
         cp_async_commit();
 
         // S = Q K^T: the 16 rows x this warp's WARP_KEYS keys.
