@@ -1,23 +1,30 @@
 /* backward_blocks - which (key block, query block) tile pairs each block of step 14's main
  * backward kernel visits, in which order, and where each row of dQ gets its contributions
  * from, with the tiles and formulas of steps/14_backward/kernel.cu:
- *  - fa2_bwd_kernel: one block per (key block of BWD_BLOCK_N = 64 keys, kv head, batch), grid
- *    (ceil(Nk / 64), heads_kv, batch); warp w of its BWD_WARPS = 4 owns keys 16 w .. 16 w + 15;
+ *  - fa2_bwd_kernel: one block per (key block of BLOCK_N keys, kv head, batch), grid
+ *    (ceil(Nk / BLOCK_N), heads_kv, batch), in one of two tiles (launch_bwd_tile): BwdWide, 128
+ *    keys on 8 warps, wherever a block may have its 160 KB at d128 (A100, H100, H200) and always
+ *    at d64 (96 KB); else BwdNarrow, 64 keys on 4 warps (80 KB at d128, the 99 KB GPUs). --block-keys
+ *    picks which. Each product of a step has its own tiling of the warps, every warp tile 32 x 32
+ *    rows deep (BwdTile): S and dP 2 (queries) x BLOCK_N / 32 (keys), dK and dV BLOCK_N / 32 (keys)
+ *    x the rest (head dim), dQ 2 (queries) x the rest (head dim);
  *  - its walk: query blocks of BWD_BLOCK_M = 64 rows from first_query_block(n0) = (causal ?
  *    max(0, n0 - shift) / 64 : 0), shift = Nk - Nq (bottom-right causal: row i sees keys
  *    j <= i + shift), to the last, per_head of them, for each query head of the kv head's GQA
  *    group in turn: step s is query block first_qb + s % per_head of query head
  *    h_kv group + s / per_head;
- *  - a step runs the masked body when m0 + 64 > Nq, n0 + 64 > Nk or (causal) n0 + 63 > m0 + shift;
+ *  - a step runs the masked body when m0 + 64 > Nq, n0 + BLOCK_N > Nk or (causal)
+ *    n0 + BLOCK_N - 1 > m0 + shift;
  *  - dQ: each step adds dS K_j into the rows of its query block (red.global.add.f32). With
- *    FA2_DETERMINISTIC=1 the kernel runs over S key blocks per launch (S = bwd_dq_splits: about 256
- *    blocks a launch, at most 16, at most the key blocks), key block nb adding into split nb % S
- *    with the same atomics, and bwd_convert_kernel sums, for a row of query block i, the splits in
- *    order while first_query_block(64 split) <= i. Where S = the key blocks (at most 16 of them and
- *    a small batch x kv heads, as the default shape), each key block has a split of its own.
+ *    FA2_DETERMINISTIC=1 the kernel runs over S key blocks per launch (S = bwd_dq_splits(BLOCK_N):
+ *    about 256 blocks a launch, at most 16, at most the key blocks), key block nb adding into split
+ *    nb % S with the same atomics, and bwd_convert_kernel sums, for a row of query block i, the
+ *    splits in order while first_query_block(BLOCK_N split) <= i. Where S = the key blocks (at most
+ *    16 of them and a small batch x kv heads, as the default shape), each key block has a split of
+ *    its own. The workspace holds the splits of 64-key blocks (BWD_MIN_BLOCK_N), for either tile.
  * Then what a step costs at --dim, counted from the kernel's loops (mma.sync m16n8k16, ldmatrix.x4,
- * the dS^T stores and the dQ atomics per warp; a model: 4 wavefronts per conflict-free ldmatrix.x4,
- * 1 per conflict-free 4-byte store), the bytes it reads and adds, and the shape's totals: steps,
+ * the 4-byte stores of P and dS and the dQ atomics per warp; a model: 4 wavefronts per conflict-free
+ * ldmatrix.x4, 1 per conflict-free 4-byte store), the bytes it reads and adds, and the shape's totals: steps,
  * FLOPs against the 2.5 forwards the harness counts, dQ's traffic, the workspace in both modes.
  * --format csv writes the walk and dQ's sources for the figure (figures/backward_blocks.py). */
 #include "tool.h"
@@ -25,22 +32,33 @@
 
 static const char usage[] =
     "usage: backward_blocks [--batch B] [--heads H] [--kv-heads K] [--seqlen-q N] [--seqlen-k N] [--dim 64|128]\n"
-    "                       [--causal 0|1] [--format text|csv] [--check]\n"
-    "Step 14's backward: the blocks of its main kernel (one per key block of 64 keys and kv head), the\n"
+    "                       [--block-keys 64|128] [--causal 0|1] [--format text|csv] [--check]\n"
+    "Step 14's backward: the blocks of its main kernel (one per key block and kv head), the\n"
     "query blocks of 64 rows each one walks, for every query head of its GQA group, which steps run the\n"
     "masked body, which key blocks add into each query block of dQ (under FA2_DETERMINISTIC=1, into which\n"
     "of the S splits bwd_convert_kernel sums in order), and what a step and the whole shape cost.\n"
     "  --batch, --heads, --kv-heads, --seqlen-q, --seqlen-k, --dim   the shape (default B1 Hq2 Hkv1 Nq400\n"
     "                Nk300 d128: a GQA group of two, rows that see no key, tails on both sides)\n"
+    "  --block-keys   the kernel's tile: 128 (default), BwdWide, 64 queries x 128 keys on 8 warps (A100, H100,\n"
+    "             H200 at d128; every GPU at d64); 64, BwdNarrow, 64 x 64 on 4 warps (d128 where a block gets 99 KB)\n"
     "  --causal   1 (default): bottom-right causal mask, as the kernel; 0: none\n"
     "  --format csv: one line per step of a block of batch 0 (kind = step) and per (query head, query block,\n"
     "             key block that adds into it) (kind = dq; key_block -1 where none does), for the figures\n"
     "  --check    assert every tile pair with a visible (row, key) pair is visited exactly once and no other,\n"
     "             the masked body runs exactly where a pair is hidden, the convert kernel's sum takes exactly\n"
-    "             the key blocks that visited a query block, and the cost model's FLOPs\n";
+    "             the key blocks that visited a query block, and the cost model's FLOPs and counts, in both tiles\n";
 
-/* The kernel's tiles (steps/14_backward/kernel.cu, mirrored here: keep them in step). */
-enum { BWD_WARPS = 4, BWD_BLOCK_N = BWD_WARPS * MMA_M, BWD_BLOCK_M = 64, MAX_STEPS = 1 << 20 };
+/* The kernel's tiles (steps/14_backward/kernel.cu, mirrored here: keep them in step): BWD_BLOCK_M
+ * query rows per step in both, warp tiles BWD_WARP_ROWS deep; the block's keys and warps are the
+ * tile's (bwd_block_n and bwd_warps below, set by --block-keys: 128 and 8, or 64 and 4). */
+enum { BWD_BLOCK_M = 64, BWD_WARP_ROWS = 2 * MMA_M, BWD_MIN_BLOCK_N = 64, MAX_STEPS = 1 << 20 };
+static int bwd_block_n = 128, bwd_warps = 8;
+
+static void set_tile(int block_n)
+{
+    bwd_block_n = block_n;
+    bwd_warps = block_n == 128 ? 8 : 4;
+}
 
 typedef struct {
     int batch, heads, kv_heads, seqlen_q, seqlen_k, dim, causal;
@@ -48,7 +66,7 @@ typedef struct {
 
 typedef struct {
     int kv_head, key_block, step, head, query_block, masked;
-    long visible; /* visible (row, key) pairs of the 64 x 64 tile */
+    long visible; /* visible (row, key) pairs of the 64 x BLOCK_N tile */
 } step_t;
 
 typedef struct {
@@ -71,9 +89,9 @@ static int is_visible(const shape *s, int shift, int row, int key)
 static long visible_pairs(const shape *s, int shift, int qb, int nb)
 {
     long n = 0;
-    int n0 = nb * BWD_BLOCK_N;
+    int n0 = nb * bwd_block_n;
     for (int row = qb * BWD_BLOCK_M; row < min_int((qb + 1) * BWD_BLOCK_M, s->seqlen_q); row++) {
-        int last = min_int(n0 + BWD_BLOCK_N, s->seqlen_k) - 1; /* the tile's last key in seqlen_k */
+        int last = min_int(n0 + bwd_block_n, s->seqlen_k) - 1; /* the tile's last key in seqlen_k */
         if (s->causal) last = min_int(last, row + shift);
         n += last >= n0 ? last - n0 + 1 : 0;
     }
@@ -85,11 +103,11 @@ static void build(walk *w, const shape *s)
 {
     w->group = s->heads / s->kv_heads, w->shift = s->seqlen_k - s->seqlen_q;
     w->q_blocks = (s->seqlen_q + BWD_BLOCK_M - 1) / BWD_BLOCK_M;
-    w->k_blocks = (s->seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N;
+    w->k_blocks = (s->seqlen_k + bwd_block_n - 1) / bwd_block_n;
     w->n_steps = 0;
     for (int h_kv = 0; h_kv < s->kv_heads; h_kv++)
         for (int nb = 0; nb < w->k_blocks; nb++) {
-            const int n0 = nb * BWD_BLOCK_N, first_qb = first_query_block(n0, w->shift, s->causal);
+            const int n0 = nb * bwd_block_n, first_qb = first_query_block(n0, w->shift, s->causal);
             const int per_head = max_int(0, w->q_blocks - first_qb), steps = w->group * per_head;
             for (int st = 0; st < steps; st++) {
                 if (w->n_steps >= MAX_STEPS) cli_error("more than %d steps: a smaller shape", MAX_STEPS);
@@ -97,8 +115,8 @@ static void build(walk *w, const shape *s)
                 const int m0 = (first_qb + st % per_head) * BWD_BLOCK_M;
                 x->kv_head = h_kv, x->key_block = nb, x->step = st, x->head = h_kv * w->group + st / per_head;
                 x->query_block = first_qb + st % per_head;
-                x->masked = m0 + BWD_BLOCK_M > s->seqlen_q || n0 + BWD_BLOCK_N > s->seqlen_k ||
-                            (s->causal && n0 + BWD_BLOCK_N - 1 > m0 + w->shift);
+                x->masked = m0 + BWD_BLOCK_M > s->seqlen_q || n0 + bwd_block_n > s->seqlen_k ||
+                            (s->causal && n0 + bwd_block_n - 1 > m0 + w->shift);
                 x->visible = visible_pairs(s, w->shift, x->query_block, nb);
             }
         }
@@ -119,7 +137,7 @@ static const step_t *visit(const walk *w, int head, int qb, int nb)
 static int convert_sources(const walk *w, const shape *s, int qb)
 {
     int nb = 0;
-    while (nb < w->k_blocks && first_query_block(nb * BWD_BLOCK_N, w->shift, s->causal) <= qb) nb++;
+    while (nb < w->k_blocks && first_query_block(nb * bwd_block_n, w->shift, s->causal) <= qb) nb++;
     return nb;
 }
 
@@ -129,45 +147,56 @@ typedef struct {
     int mma, ldsm, sts, red, ex2;
 } warp_cost;
 
+/* One warp's step in fa2_bwd_kernel<T, d, tile>: queries_times_keys_t (S, dP), keys_times_queries
+ * (dV, dK), the dQ loop and store_scores, their loops counted. */
 static warp_cost cost_of(int d)
 {
     warp_cost c;
-    const int ksteps_d = d / MMA_K, qtiles = BWD_BLOCK_M / MMA_N, dtiles = d / MMA_N;
-    const int qsteps = BWD_BLOCK_M / MMA_K, ksteps_n = BWD_BLOCK_N / MMA_K;
-    c.mma = ksteps_d * qtiles        /* S^T = K Q^T: 16 keys x 64 queries, k = d */
-            + qsteps * dtiles        /* dV += P^T dO: 16 keys x d, k = 64 queries */
-            + ksteps_d * qtiles      /* dP^T = V dO^T */
-            + qsteps * dtiles        /* dK += dS^T Q */
-            + ksteps_n * dtiles;     /* dQ += dS K: 16 queries x d, k = 64 keys */
-    c.ldsm = ksteps_d * (1 + qtiles / 2) /* S^T: K's A fragment, then Q for two n-tiles per x4 */
-             + qsteps * dtiles / 2       /* dV: dO.trans, two d-tiles per x4 */
-             + ksteps_d * (1 + qtiles / 2) /* dP^T: V, then dO */
-             + qsteps * dtiles / 2       /* dK: Q.trans */
-             + ksteps_n                  /* dQ: dS from the dS^T tile (.trans) */
-             + dtiles / 2 * ksteps_n;    /* dQ: K.trans */
-    c.sts = qsteps * 4;                   /* dS^T into shared memory: 4 x 4 bytes per k-step */
-    c.red = dtiles * 2 * 2;               /* dQ: 2 columns x 2 rows per d-tile, per lane */
-    c.ex2 = MMA_M * BWD_BLOCK_M / WARP_SIZE; /* P^T = exp2(...): 16 x 64 per warp, per lane */
+    const int m_tiles = BWD_WARP_ROWS / MMA_M, sdp_n_tiles = BWD_WARP_ROWS / MMA_N; /* 2, 4 */
+    const int kv_warps_n = bwd_block_n / BWD_WARP_ROWS, kv_warps_d = bwd_warps / kv_warps_n;
+    const int q_warps_m = BWD_BLOCK_M / BWD_WARP_ROWS, q_warps_d = bwd_warps / q_warps_m;
+    const int kv_cols = d / kv_warps_d, q_cols = d / q_warps_d, q_chunk = q_cols < 32 ? q_cols : 32;
+    /* S = Q K^T, dP = dO V^T, each: d / 16 k-steps of m_tiles ldmatrix of Q (dO), one of K (V)
+     * per two key n-tiles, m_tiles x sdp_n_tiles mma (32 queries x 32 keys) */
+    const int sdp_mma = d / MMA_K * m_tiles * sdp_n_tiles, sdp_ldsm = d / MMA_K * (m_tiles + sdp_n_tiles / 2);
+    /* dV += P^T dO, dK += dS^T Q, each: 64 / 16 k-steps (queries) of m_tiles ldmatrix.trans of P^T
+     * (dS^T), one of dO (Q) per two d-tiles, m_tiles x kv_cols / 8 mma (32 keys x kv_cols) */
+    const int kv_mma = BWD_BLOCK_M / MMA_K * m_tiles * (kv_cols / MMA_N);
+    const int kv_ldsm = BWD_BLOCK_M / MMA_K * (m_tiles + kv_cols / (2 * MMA_N));
+    /* dQ += dS K: q_cols / q_chunk chunks of block_n / 16 k-steps (keys), m_tiles ldmatrix of dS,
+     * one .trans of K per two d-tiles, m_tiles x q_chunk / 8 mma (32 queries x q_chunk) */
+    const int chunks = q_cols / q_chunk, ksteps_n = bwd_block_n / MMA_K;
+    const int q_mma = chunks * ksteps_n * m_tiles * (q_chunk / MMA_N);
+    const int q_ldsm = chunks * ksteps_n * (m_tiles + q_chunk / (2 * MMA_N));
+    c.mma = 2 * sdp_mma + 2 * kv_mma + q_mma;
+    c.ldsm = 2 * sdp_ldsm + 2 * kv_ldsm + q_ldsm;
+    c.sts = 2 * m_tiles * sdp_n_tiles * 2;          /* store_scores of P and dS: rows g and g + 8 per fragment */
+    c.red = m_tiles * (q_cols / MMA_N) * 4;         /* dQ: c0..c3 of every fragment, per lane */
+    c.ex2 = BWD_WARP_ROWS * BWD_WARP_ROWS / WARP_SIZE; /* P = exp2(...): the warp's 32 x 32, per lane */
     return c;
 }
 
-/* bwd_smem_bytes<D, STAGES>: K, V [64][D], STAGES buffers of Q and dO [64][D], dS^T [64][64]. */
+/* bwd_smem_bytes<tile, D, STAGES>: K, V [block_n][D], STAGES buffers of Q and dO [64][D], P and dS
+ * [64][block_n]; launch_bwd_tile double-buffers the wide tile, not the narrow one. */
+static int tile_stages(void) { return bwd_block_n == 128 ? 2 : 1; }
 static long smem_bytes(int d, int stages)
 {
-    return (2L * BWD_BLOCK_N + 2L * stages * BWD_BLOCK_M) * d * ELEM_BYTES + (long)BWD_BLOCK_N * BWD_BLOCK_M * ELEM_BYTES;
+    return (2L * bwd_block_n + 2L * stages * BWD_BLOCK_M) * d * ELEM_BYTES + 2L * BWD_BLOCK_M * bwd_block_n * ELEM_BYTES;
 }
 
-/* bwd_dq_splits: key blocks per launch under FA2_DETERMINISTIC=1, enough for about
- * DQ_SPLIT_BLOCKS = 256 blocks a launch, at most MAX_DQ_SPLITS = 16 and at most the key blocks. */
-static int dq_splits(const shape *s, const walk *w)
+/* bwd_dq_splits(block_n): key blocks per launch under FA2_DETERMINISTIC=1, enough for about
+ * DQ_SPLIT_BLOCKS = 256 blocks a launch, at most MAX_DQ_SPLITS = 16 and at most the key blocks of
+ * block_n keys (the launch's, the tile's; the workspace's, BWD_MIN_BLOCK_N = 64). */
+static int dq_splits(const shape *s, int block_n)
 {
     const long pairs = (long)s->batch * s->kv_heads, want = (256 + pairs - 1) / pairs;
-    return (int)(want < 16 ? (want < w->k_blocks ? want : w->k_blocks) : (16 < w->k_blocks ? 16 : w->k_blocks));
+    const int k_blocks = (s->seqlen_k + block_n - 1) / block_n;
+    return (int)(want < 16 ? (want < k_blocks ? want : k_blocks) : (16 < k_blocks ? 16 : k_blocks));
 }
 
 /* fa2_backward_workspace_size: (partials x D + 1) floats per query row: 1 partial with the
- * atomics, S under FA2_DETERMINISTIC=1 (a partial per key block, the mode before the splits,
- * would be k_blocks). */
+ * atomics, S = bwd_dq_splits(64) under FA2_DETERMINISTIC=1, whichever tile runs (a partial per
+ * 64-key block, the mode before the splits, would be ceil(Nk / 64)). */
 static double workspace_bytes(const shape *s, int partials)
 {
     const double rows = (double)s->batch * s->heads * s->seqlen_q;
@@ -211,12 +240,21 @@ static void print_text(const shape *s, const walk *w)
            s->seqlen_k, s->dim, s->causal ? " causal" : "");
     if (s->causal) printf(" (shift = Nk - Nq = %d: row i sees keys j <= i %c %d)", w->shift, w->shift < 0 ? '-' : '+',
                           w->shift < 0 ? -w->shift : w->shift);
-    printf("\nfa2_bwd_kernel: one block per (key block of %d keys, kv head, batch): grid %d x %d x %d = %ld blocks of %d "
-           "warps,\n  warp w owning keys 16 w .. 16 w + 15; each walks query blocks of %d rows for the %d query head(s) "
-           "of its kv head\n", BWD_BLOCK_N, w->k_blocks, s->kv_heads, s->batch,
-           (long)w->k_blocks * s->kv_heads * s->batch, BWD_WARPS, BWD_BLOCK_M, w->group);
-    printf("  shared memory: K and V [64][%d], Q and dO [64][%d] in 2 stages, dS^T [64][64]: %ld KB (1 stage: %ld KB)\n\n",
-           s->dim, s->dim, smem_bytes(s->dim, 2) / 1024, smem_bytes(s->dim, 1) / 1024);
+    const int kv_warps_n = bwd_block_n / BWD_WARP_ROWS, q_warps_m = BWD_BLOCK_M / BWD_WARP_ROWS;
+    printf("\nfa2_bwd_kernel, the %s tile (%s):\n  one block per (key block of %d keys, kv head, batch): grid %d x %d x %d "
+           "= %ld blocks of %d warps;\n  each walks query blocks of %d rows for the %d query head(s) of its kv head\n",
+           bwd_block_n == 128 ? "wide" : "narrow",
+           bwd_block_n == 128 ? "BwdWide: A100, H100, H200 at d128, every GPU at d64" : "BwdNarrow: d128 where a block gets 99 KB",
+           bwd_block_n, w->k_blocks, s->kv_heads, s->batch, (long)w->k_blocks * s->kv_heads * s->batch, bwd_warps,
+           BWD_BLOCK_M, w->group);
+    if (bwd_block_n == 64 && s->dim == 64)
+        printf("  (at d64 the kernel runs the wide tile on every GPU: this is the narrow tile as it would run)\n");
+    printf("  warps per product, each warp tile 32 rows deep: S, dP %d (queries) x %d (keys); dV, dK %d (keys) x %d (head "
+           "dim);\n  dQ %d (queries) x %d (head dim)\n", q_warps_m, kv_warps_n, kv_warps_n, bwd_warps / kv_warps_n,
+           q_warps_m, bwd_warps / q_warps_m);
+    printf("  shared memory: K and V [%d][%d], Q and dO [64][%d] in %d buffer%s, P and dS [64][%d]: %ld KB\n\n",
+           bwd_block_n, s->dim, s->dim, tile_stages(), tile_stages() > 1 ? "s" : "", bwd_block_n,
+           smem_bytes(s->dim, tile_stages()) / 1024);
 
     printf("the walks of kv head 0 (* = the masked body; step s = query block first_qb + s %% per_head of query head "
            "s / per_head):\n");
@@ -226,8 +264,8 @@ static void print_text(const shape *s, const walk *w)
             if (nb == 5) printf("  ...\n");
             continue;
         }
-        const int n0 = nb * BWD_BLOCK_N;
-        printf("%5d | %5d-%-5d | %8d |", nb, n0, min_int(n0 + BWD_BLOCK_N, s->seqlen_k) - 1,
+        const int n0 = nb * bwd_block_n;
+        printf("%5d | %5d-%-5d | %8d |", nb, n0, min_int(n0 + bwd_block_n, s->seqlen_k) - 1,
                first_query_block(n0, w->shift, s->causal));
         int shown = 0, count = 0;
         for (int i = 0; i < w->n_steps; i++) {
@@ -250,8 +288,9 @@ static void print_text(const shape *s, const walk *w)
     }
 
     printf("\ndQ of query head 0: the key blocks that add into each query block (atomics); under\n"
-           "FA2_DETERMINISTIC=1 key block nb adds into split nb %% %d, summed by bwd_convert_kernel in order\n",
-           dq_splits(s, w));
+           "FA2_DETERMINISTIC=1 key block nb adds into split nb %% %d, summed by bwd_convert_kernel in order (the\n"
+           "workspace holds %d: the splits of 64-key blocks, for either tile)\n",
+           dq_splits(s, bwd_block_n), dq_splits(s, BWD_MIN_BLOCK_N));
     for (int qb = 0; qb < w->q_blocks; qb++) {
         if (qb >= 6 && qb < w->q_blocks - 4) {
             if (qb == 6) printf("  ...\n");
@@ -272,26 +311,27 @@ static void print_text(const shape *s, const walk *w)
         dq_bytes += (double)min_int(BWD_BLOCK_M, s->seqlen_q - x->query_block * BWD_BLOCK_M) * s->dim * 4;
     }
     steps_all *= s->batch, visible *= s->batch, masked *= s->batch, dq_bytes *= s->batch;
-    const double tile_flops = (double)steps_all * BWD_WARPS * c.mma * 2 * MMA_M * MMA_N * MMA_K;
+    const double tile_flops = (double)steps_all * bwd_warps * c.mma * 2 * MMA_M * MMA_N * MMA_K;
     const double harness_flops = 2.5 * 4 * (double)visible * s->dim;
-    printf("\none step, per warp (16 keys x 64 queries, d%d): %d mma.sync (five products of %d), %d ldmatrix.x4, %d "
-           "4-byte dS^T stores:\n  %.2f shared-memory wavefronts per mma; %d red.global.add.f32 per lane (one per %d "
-           "mma), %d ex2\n", s->dim, c.mma, c.mma / 5, c.ldsm, c.sts, (4.0 * c.ldsm + c.sts) / c.mma, c.red,
-           c.mma / c.red, c.ex2);
+    printf("\none step, per warp (64 queries x %d keys on %d warps, d%d): %d mma.sync (five products of %d), %d "
+           "ldmatrix.x4, %d 4-byte\n  stores of P and dS: %.2f shared-memory wavefronts per mma; %d red.global.add.f32 "
+           "per lane (one per %d mma), %d ex2\n", bwd_block_n, bwd_warps, s->dim, c.mma, c.mma / 5, c.ldsm, c.sts,
+           (4.0 * c.ldsm + c.sts) / c.mma, c.red, c.mma / c.red, c.ex2);
     printf("one step, per block: reads Q_i and dO_i, %d KB, and LSE_i and D_i, 512 bytes; adds %d KB of fp32 into dQ; "
            "%.2f MFLOP\n", 2 * BWD_BLOCK_M * s->dim * ELEM_BYTES / 1024, BWD_BLOCK_M * s->dim * 4 / 1024,
-           BWD_WARPS * c.mma * 2.0 * MMA_M * MMA_N * MMA_K / 1e6);
+           bwd_warps * c.mma * 2.0 * MMA_M * MMA_N * MMA_K / 1e6);
     printf("once per block: K_j and V_j in, dK_j and dV_j out, %d KB each way\n",
-           2 * BWD_BLOCK_N * s->dim * ELEM_BYTES / 1024);
+           2 * bwd_block_n * s->dim * ELEM_BYTES / 1024);
     printf("\nthe shape: %ld steps (%ld with the masked body); they compute %.4g pairs, %.4g visible (%.1f%%)\n",
-           steps_all, masked, (double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N, (double)visible,
-           100.0 * visible / ((double)steps_all * BWD_BLOCK_M * BWD_BLOCK_N + (steps_all == 0)));
+           steps_all, masked, (double)steps_all * BWD_BLOCK_M * bwd_block_n, (double)visible,
+           100.0 * visible / ((double)steps_all * BWD_BLOCK_M * bwd_block_n + (steps_all == 0)));
     printf("  FLOPs: %.4g on the tensor cores; the harness counts 2.5 forwards = %.4g\n", tile_flops, harness_flops);
     printf("  dQ: %s of fp32 added by atomics (into one sum, or S splits), for a dQ of %s in the dtype\n",
            size_of(dq_bytes), size_of((double)s->batch * s->heads * s->seqlen_q * s->dim * ELEM_BYTES));
+    const int ws_splits = dq_splits(s, BWD_MIN_BLOCK_N), k_blocks_64 = (s->seqlen_k + BWD_MIN_BLOCK_N - 1) / BWD_MIN_BLOCK_N;
     printf("  workspace (fa2_backward_workspace_size): %s; with FA2_DETERMINISTIC=1, S = %d splits: %s",
-           size_of(workspace_bytes(s, 1)), dq_splits(s, w), size_of(workspace_bytes(s, dq_splits(s, w))));
-    printf(" (a partial per key block: %d, %s)\n", w->k_blocks, size_of(workspace_bytes(s, w->k_blocks)));
+           size_of(workspace_bytes(s, 1)), ws_splits, size_of(workspace_bytes(s, ws_splits)));
+    printf(" (a partial per 64-key block: %d, %s)\n", k_blocks_64, size_of(workspace_bytes(s, k_blocks_64)));
 }
 
 static void print_csv(const shape *s, const walk *w)
@@ -300,13 +340,13 @@ static void print_csv(const shape *s, const walk *w)
            "group,causal,block_m,block_n\n");
     char meta[96];
     snprintf(meta, sizeof meta, "%d,%d,%d,%d,%d,%d", s->seqlen_q, s->seqlen_k, w->group, s->causal, BWD_BLOCK_M,
-             BWD_BLOCK_N);
+             bwd_block_n);
     for (int i = 0; i < w->n_steps; i++) {
         const step_t *x = &w->steps[i];
-        const int row0 = x->query_block * BWD_BLOCK_M, key0 = x->key_block * BWD_BLOCK_N;
+        const int row0 = x->query_block * BWD_BLOCK_M, key0 = x->key_block * bwd_block_n;
         printf("step,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%ld,-1,%s\n", x->kv_head, x->key_block, x->step, x->head,
                x->query_block, row0, min_int(BWD_BLOCK_M, s->seqlen_q - row0), key0,
-               min_int(BWD_BLOCK_N, s->seqlen_k - key0), x->masked, x->visible, meta);
+               min_int(bwd_block_n, s->seqlen_k - key0), x->masked, x->visible, meta);
     }
     for (int h = 0; h < s->heads; h++)
         for (int qb = 0; qb < w->q_blocks; qb++) {
@@ -316,7 +356,7 @@ static void print_csv(const shape *s, const walk *w)
             for (int nb = 0; nb < sources; nb++) {
                 const step_t *x = visit(w, h, qb, nb);
                 printf("dq,%d,%d,%d,%d,%d,%d,%d,%d,%d,%d,%ld,%d,%s\n", h / w->group, nb, x ? x->step : -1, h, qb, row0,
-                       rows, nb * BWD_BLOCK_N, min_int(BWD_BLOCK_N, s->seqlen_k - nb * BWD_BLOCK_N), x ? x->masked : -1,
+                       rows, nb * bwd_block_n, min_int(bwd_block_n, s->seqlen_k - nb * bwd_block_n), x ? x->masked : -1,
                        visible_pairs(s, w->shift, qb, nb), nb, meta);
             }
         }
@@ -329,8 +369,8 @@ static void check_shape(const shape *s)
     static walk w;
     build(&w, s);
     char tag[128], name[400];
-    snprintf(tag, sizeof tag, "B%d Hq%d Hkv%d Nq%d Nk%d d%d%s", s->batch, s->heads, s->kv_heads, s->seqlen_q, s->seqlen_k,
-             s->dim, s->causal ? " causal" : "");
+    snprintf(tag, sizeof tag, "%d-key blocks, B%d Hq%d Hkv%d Nq%d Nk%d d%d%s", bwd_block_n, s->batch, s->heads,
+             s->kv_heads, s->seqlen_q, s->seqlen_k, s->dim, s->causal ? " causal" : "");
     /* each tile pair with a visible pair: one visit; without: none (so no step is spent on hidden pairs only) */
     int once = 1, mask_exact = 1, convert_exact = 1, distinct = 1, counted = 1;
     long tiles_visible = 0;
@@ -345,14 +385,14 @@ static void check_shape(const shape *s)
                 const long vis = visible_pairs(s, w.shift, qb, nb);
                 long brute = 0; /* the same count, pair by pair */
                 for (int row = qb * BWD_BLOCK_M; row < (qb + 1) * BWD_BLOCK_M; row++)
-                    for (int key = nb * BWD_BLOCK_N; key < (nb + 1) * BWD_BLOCK_N; key++) brute += is_visible(s, w.shift, row, key);
+                    for (int key = nb * bwd_block_n; key < (nb + 1) * bwd_block_n; key++) brute += is_visible(s, w.shift, row, key);
                 counted &= brute == vis;
                 tiles_visible += vis > 0;
                 once &= visits == (vis > 0);
             }
     for (int i = 0; i < w.n_steps; i++) {
         const step_t *x = &w.steps[i];
-        mask_exact &= x->masked == (x->visible < (long)BWD_BLOCK_M * BWD_BLOCK_N);
+        mask_exact &= x->masked == (x->visible < (long)BWD_BLOCK_M * bwd_block_n);
         for (int j = i + 1; j < w.n_steps && w.steps[j].key_block == x->key_block && w.steps[j].kv_head == x->kv_head; j++)
             distinct &= !(w.steps[j].head == x->head && w.steps[j].query_block == x->query_block);
     }
@@ -385,29 +425,45 @@ static void run_checks(void)
         {1, 4, 4, 200, 65, 128, 0},  {1, 8, 1, 127, 127, 64, 1},  {1, 4, 4, 64, 64, 128, 1},
         {1, 2, 2, 1024, 1024, 128, 1},
     };
-    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i]);
-    /* the cost model: at the seed shape (every tile full) the tensor cores do exactly the 2.5 forwards */
     const shape seed = {2, 8, 8, 1024, 1024, 128, 0};
     static walk w;
-    build(&w, &seed);
-    const warp_cost c = cost_of(seed.dim);
-    const double tile_flops = (double)w.n_steps * seed.batch * BWD_WARPS * c.mma * 2 * MMA_M * MMA_N * MMA_K;
-    const double fwd_flops = 4.0 * seed.batch * seed.heads * seed.seqlen_q * seed.seqlen_k * seed.dim;
-    check(tile_flops == 2.5 * fwd_flops,
-          "backward_blocks B2 H8 N1024 d128: the loops' mma.sync (5 x d / 2 per warp per step) do 2.5 x the "
-          "forward's FLOPs",
-          "%.6g against %.6g", tile_flops, 2.5 * fwd_flops);
-    const warp_cost c64 = cost_of(64);
-    check(c.ldsm == 180 && c.mma == 320 && c64.ldsm == 92 && c64.mma == 160,
-          "backward_blocks: per warp and step, 180 ldmatrix.x4 for 320 mma at d128, 92 for 160 at d64 (the "
-          "kernel's loops)",
-          "d128 %d / %d, d64 %d / %d", c.ldsm, c.mma, c64.ldsm, c64.mma);
+    for (int block_n = 128; block_n >= 64; block_n -= 64) {
+        set_tile(block_n);
+        for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i]);
+        /* the cost model: at the seed shape (every tile full) the tensor cores do exactly the 2.5 forwards */
+        build(&w, &seed);
+        const warp_cost c = cost_of(seed.dim);
+        const double tile_flops = (double)w.n_steps * seed.batch * bwd_warps * c.mma * 2 * MMA_M * MMA_N * MMA_K;
+        const double fwd_flops = 4.0 * seed.batch * seed.heads * seed.seqlen_q * seed.seqlen_k * seed.dim;
+        char name[200];
+        snprintf(name, sizeof name, "backward_blocks %d-key blocks, B2 H8 N1024 d128: the loops' mma.sync (5 x d / 2 per "
+                 "warp per step, %d warps) do 2.5 x the forward's FLOPs", block_n, bwd_warps);
+        check(tile_flops == 2.5 * fwd_flops, name, "%.6g against %.6g", tile_flops, 2.5 * fwd_flops);
+    }
+    /* the kernel's loops, per warp and step (the header of steps/14_backward/kernel.cu quotes the
+     * wide tile's at d128): the narrow tile's warp tiles are the wide one's, its dQ twice as wide */
+    set_tile(128);
+    const warp_cost w128 = cost_of(128), w64 = cost_of(64);
+    check(w128.mma == 320 && w128.ldsm == 144 && w128.sts == 32 && w128.red == 32 && w64.mma == 160 && w64.ldsm == 88 &&
+              w64.sts == 32 && w64.red == 16,
+          "backward_blocks: per warp and step of the wide tile (64 x 128, 8 warps), 320 mma.sync, 144 ldmatrix.x4, 32 "
+          "stores of P and dS, 32 red.global.add.f32 per lane at d128; 160, 88, 32, 16 at d64 (the kernel's loops)",
+          "d128 %d, %d, %d, %d; d64 %d, %d, %d, %d", w128.mma, w128.ldsm, w128.sts, w128.red, w64.mma, w64.ldsm, w64.sts,
+          w64.red);
+    set_tile(64);
+    const warp_cost n128 = cost_of(128), n64 = cost_of(64);
+    check(n128.mma == 320 && n128.ldsm == 144 && n128.sts == 32 && n128.red == 64 && n64.mma == 160 && n64.ldsm == 80 &&
+              n64.sts == 32 && n64.red == 32,
+          "backward_blocks: per warp and step of the narrow tile (64 x 64, 4 warps), 320 mma.sync, 144 ldmatrix.x4, 32 "
+          "stores of P and dS, 64 red.global.add.f32 per lane at d128; 160, 80, 32, 32 at d64 (the kernel's loops)",
+          "d128 %d, %d, %d, %d; d64 %d, %d, %d, %d", n128.mma, n128.ldsm, n128.sts, n128.red, n64.mma, n64.ldsm, n64.sts,
+          n64.red);
 }
 
 int main(int argc, char **argv)
 {
     shape s = {1, 2, 1, 400, 300, 128, 1};
-    int csv = 0;
+    int csv = 0, block_n = 128;
     const cli_option opts[] = {
         {"--batch", &s.batch, 1, 65535, 1, NULL},
         {"--heads", &s.heads, 1, 256, 1, NULL},
@@ -415,12 +471,14 @@ int main(int argc, char **argv)
         {"--seqlen-q", &s.seqlen_q, 1, 65536, 1, NULL},
         {"--seqlen-k", &s.seqlen_k, 1, 65536, 1, NULL},
         {"--dim", &s.dim, 64, 128, 64, NULL},
+        {"--block-keys", &block_n, 64, 128, 64, NULL},
         {"--causal", &s.causal, 0, 1, 1, NULL},
         {"--format", &csv, 0, 0, 0, "text|csv"},
     };
     parse_cli(argc, argv, usage, opts, sizeof opts / sizeof *opts, run_checks);
+    set_tile(block_n);
     if (s.heads % s.kv_heads) cli_error("--heads %d is not a multiple of --kv-heads %d", s.heads, s.kv_heads);
-    const long q_blocks = (s.seqlen_q + BWD_BLOCK_M - 1) / BWD_BLOCK_M, k_blocks = (s.seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N;
+    const long q_blocks = (s.seqlen_q + BWD_BLOCK_M - 1) / BWD_BLOCK_M, k_blocks = (s.seqlen_k + bwd_block_n - 1) / bwd_block_n;
     if (q_blocks * k_blocks * s.heads > MAX_STEPS)
         cli_error("%ld tile pairs of batch 0 is more than this program holds (%d)", q_blocks * k_blocks * s.heads, MAX_STEPS);
     static walk w;

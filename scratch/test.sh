@@ -83,6 +83,8 @@ expect_run "--dim=64 --rows=17 --heads=3" "$bin/copy_layout" --dim=64 --rows=17 
 expect_run "--causal 0 --seqlen-q 200 --seqlen-k 65" "$bin/backward_blocks" --causal 0 --seqlen-q 200 --seqlen-k 65
 expect_run "--heads 8 --kv-heads 2 --seqlen-q=1000 --seqlen-k=77 --dim 64" "$bin/backward_blocks" --heads 8 --kv-heads 2 --seqlen-q=1000 --seqlen-k=77 --dim 64
 expect_run "--seqlen-q 300 --format csv" "$bin/backward_blocks" --seqlen-q 300 --format csv
+expect_run "--block-keys 64 --heads 4 --kv-heads 1 --seqlen-q 333 --seqlen-k 500" "$bin/backward_blocks" --block-keys 64 --heads 4 --kv-heads 1 --seqlen-q 333 --seqlen-k 500
+expect_run "--block-keys=64 --dim 64 --format csv" "$bin/backward_blocks" --block-keys=64 --dim 64 --format csv
 expect_refusal "$bin/swizzle" --dim 96
 expect_refusal "$bin/swizzle" --rows
 expect_refusal "$bin/copy_layout" --heads 0
@@ -94,6 +96,7 @@ expect_refusal "$bin/wgmma_fragments" --cols 12
 expect_refusal "$bin/wgmma_fragments" --n 64 --cols 128
 expect_refusal "$bin/backward_blocks" --heads 4 --kv-heads 3
 expect_refusal "$bin/backward_blocks" --causal 2
+expect_refusal "$bin/backward_blocks" --block-keys 96
 
 # The GPU verifiers: they must build wherever nvcc is; they run only where a GPU answers
 # (verify_wgmma prints one SKIP line on a GPU other than compute capability 9.0).

@@ -1182,8 +1182,8 @@ int main(int argc, char **argv)
     /* The backward, for the steps that have one: tails (seqlen 1, odd lengths), causal with
      * Nq != Nk both ways (Nq > Nk: rows that see no key, LSE = -inf), GQA 4:1 and MQA,
      * d64/d128, fp16/bf16, then a padded and a [b,h,s,d] layout, peaky scores (Q and K
-     * scaled by 4 and 30), a NaN in a Q row, FA2_DETERMINISTIC=1, and a 99 KB preset (Q and
-     * dO single-buffered at d128). */
+     * scaled by 4 and 30), a NaN in a Q row, FA2_DETERMINISTIC=1, a 99 KB preset (step 14's
+     * narrow tile at d128), and the edges of step 14's tiles. */
     {
         static const int bwd_seqs[][2] = {{1, 1}, {17, 17}, {127, 127}, {1, 300}, {300, 1}, {65, 200}, {200, 65}, {333, 1000}};
         static const int bwd_heads[3][2] = {{4, 4}, {8, 2}, {8, 1}}; /* heads_q, heads_kv: 1:1, GQA 4:1, MQA */
@@ -1222,6 +1222,24 @@ int main(int argc, char **argv)
             run_bwd_case(steps, nsteps, &c);
             c = shape(2, 8, 2, 500, 500, d, 1, d == 64 ? BF16 : FP16);
             c.preset = "rtx4090";
+            run_bwd_case(steps, nsteps, &c);
+        }
+        /* Step 14's tiles (64 queries x 128 keys, 8 warps of 32 x 32; 64 x 64, 4 warps, under a
+         * 99 KB preset at d128): whole query and key blocks (64, 128), one key into a second
+         * block (129), a key block whose last warp of 32 keys has none (96), causal with Nq !=
+         * Nk across block edges both ways; then the deterministic mode under the 99 KB preset,
+         * whose 64-key blocks the convert kernel's sum must count by. */
+        static const int tile_seqs[][2] = {{64, 128}, {128, 129}, {129, 96}, {192, 130}, {130, 385}};
+        for (size_t i = 0; i < sizeof tile_seqs / sizeof *tile_seqs; i++)
+            for (int causal = 0; causal < 2; causal++)
+                for (int d = 64; d <= 128; d += 64) {
+                    test_case c = shape(1, 4, 2, tile_seqs[i][0], tile_seqs[i][1], d, causal, (fa2_dtype)((i + causal) % 2));
+                    run_bwd_case(steps, nsteps, &c);
+                }
+        for (int d = 64; d <= 128; d += 64) {
+            test_case c = shape(2, 4, 1, 300, 700, d, 1, d == 64 ? FP16 : BF16);
+            c.preset = "rtx4090";
+            c.deterministic = 1;
             run_bwd_case(steps, nsteps, &c);
         }
         unsetenv("FA2_EMULATE");

@@ -44,7 +44,7 @@ mutants=(
   "13|queue_group_search_off_by_one|if (qs.starts[k][mid] <= j) lo = mid;|if (qs.starts[k][mid] < j) lo = mid;"
   "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
-  "14|bwd_causal_off_by_one|key <= row + shift|key < row + shift"
+  "14|bwd_causal_off_by_one|min(p.seqlen_k - 1, row + shift)|min(p.seqlen_k - 1, row + shift - 1)"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then
   kept=()

@@ -12,26 +12,31 @@
  * 1. bwd_prep_kernel: D = rowsum(dO * O) per query row, fp32, into the workspace
  *    (the softmax's own term of dS = P * (dP - D)), and dQ's fp32 accumulator zeroed.
  *
- * 2. fa2_bwd_kernel: one block per (key block of 64 keys, kv head, batch). K_j and V_j
- *    stay in shared memory for the whole block; dK_j and dV_j are fp32 mma accumulators
- *    in registers; the block walks the query blocks i of 64 rows that see its keys
- *    (causal: bottom-right aligned as the forward, so from row n0 - (seqlen_k -
- *    seqlen_q) on), of every query head of the kv head's GQA group. For each:
- *    Q_i and dO_i by cp.async into swizzled shared memory (double-buffered where two
- *    stages fit, see choose_stages), LSE_i and D_i from global memory, then
- *      S^T  = K_j Q_i^T        P^T = exp2(S^T scale log2e - LSE log2e)   (masked)
- *      dV_j += P^T dO_i        dP^T = V_j dO_i^T      dS^T = P^T * (dP^T - D_i)
- *      dK_j += dS^T Q_i        dQ_i += dS K_j  (red.global.add.f32 into the workspace)
- *    Each warp owns 16 keys. Computing S^T rather than S puts the scores of a warp's
- *    keys in the rows of its accumulator fragments, and an mma.sync C fragment (rows
- *    g, g+8, columns 2t, 2t+1 of lane 4g+t) is, packed to 16 bits, exactly an A
- *    fragment: P^T and dS^T feed dV and dK straight from registers, as P feeds P V
- *    in the forward. The other operands are read transposed on the way out of shared
- *    memory, by ldmatrix.trans (dO and Q as B of dV and dK, K as B of dQ). dQ = dS K
- *    needs dS untransposed, a layout no lane holds (a C fragment's transpose spreads
- *    each lane's values over other lanes), and dS's rows are spread over the four
- *    warps: dS^T goes to a 64 x 64 shared tile, and each warp reads its 16 query rows
- *    of all 64 keys back with ldmatrix.trans.
+ * 2. fa2_bwd_kernel: one block per (key block of BLOCK_N keys, kv head, batch). K_j and
+ *    V_j stay in shared memory for the whole block; dK_j and dV_j are fp32 mma
+ *    accumulators in registers; the block walks the query blocks i of 64 rows that see its
+ *    keys (causal: bottom-right aligned as the forward, so from row n0 - (seqlen_k -
+ *    seqlen_q) on), of every query head of the kv head's GQA group. For each: Q_i and dO_i
+ *    by cp.async into swizzled shared memory, LSE_i and D_i from global memory, then
+ *      S  = Q_i K_j^T           P = exp2(S scale log2e - LSE log2e)   (masked)   -> smem
+ *      dP = dO_i V_j^T          dS = P * (dP - D_i)                               -> smem
+ *      dV_j += P^T dO_i         dK_j += dS^T Q_i
+ *      dQ_i += dS K_j  (red.global.add.f32 into the workspace)
+ *    with FlashAttention-2's work split (flash_bwd_launch_template.h and kernel_traits.h of
+ *    Dao-AILab/flash-attention give the tile shapes): each product has its own tiling of
+ *    the warps, every warp tile 32 rows deep. BwdWide, 64 queries x 128 keys and 8 warps
+ *    (FA2's d128 tile where a block may have 144 KB):
+ *      S, dP    2 (queries) x 4 (keys): 32 x 32 each; A = Q or dO, B = K or V, ldmatrix
+ *      dV, dK   4 (keys) x 2 (head dim): 32 keys x D/2; A = P^T or dS^T by ldmatrix.trans
+ *               of the P and dS tiles, B = dO or Q by ldmatrix.trans
+ *      dQ       2 (queries) x 4 (head dim): 32 x D/4; A = dS by ldmatrix, B = K by .trans
+ *    P and dS go through shared memory because the warps that hold a query block's scores
+ *    (split by query) are not those that need them as operands (split by key, for dV and
+ *    dK, or over all keys, for dQ). Shared memory at d128: K, V 32 KB each, Q, dO 16 KB
+ *    each per buffer, two buffers, P, dS 16 KB each: 160 KB, which A100 (163 KB), H100
+ *    and H200 (227 KB) blocks take. BwdNarrow, 64 x 64 and 4 warps, 2 x 2 for every
+ *    product (the same code), one Q/dO buffer: 80 KB at d128, for GPUs whose blocks get
+ *    99 KB (8.6, 8.9, 12.x); at d64 the wide tile takes 96 KB and runs everywhere.
  *
  * 3. bwd_convert_kernel: dQ = scale x the fp32 accumulator, rounded to the dtype and
  *    written at dq's strides. (dK is scaled in registers before its store.)
@@ -56,13 +61,33 @@
  * bytes at d128, CUDA 13.0, sm_86 to sm_90; plain loads and stores in place of the
  * atomics, 20 to 36 bytes on sm_90.)
  *
- * What the tiles cost: at 16 keys per warp every Q and dO fragment ldmatrix brings
- * feeds one mma (step 07 explains why two m-tiles per fragment pay), and the dQ
- * atomics move M x D floats per query block per key block. FA2's sm80 backward uses
- * 8 warps over 128 keys with two warps sharing key rows (flash_bwd_launch_template.h);
- * this step keeps one layout that fits 99 KB blocks at d128. At 255 registers ptxas
- * spills a little (CUDA 13.0: 4 bytes at d128, 8 to 16 at d64, a cp.async address
- * stored once per block and reloaded once per query block, outside the products).
+ * Why this split (the counts are the kernel's loops). The simpler split gives each of 4
+ * warps 16 keys of a 64-key block and computes S^T = K Q^T, so that P^T and dS^T come out
+ * of the C fragments already as A fragments; but every warp then reads all 64 rows of Q_i
+ * and dO_i for its 16 keys. Per warp and 64 x 64 step at d128 it runs 320 mma.sync for
+ * 180 ldmatrix.x4 (1.8 per load);
+ * on an H100 (B4 H16 N4096 d128 fp16) it took 10.07 ms against torch's FA2 backward's
+ * 4.55 ms, and Nsight Compute put its tensor pipe at 21%, short_scoreboard (mma waiting
+ * on ldmatrix) at 40% of the stall samples and the dQ atomics at ~10% of instructions.
+ * Here a warp tile is 32 rows of both operands, so a fragment feeds 2 to 4 mma: per warp
+ * and 64 x 128 step, again 320 mma (64 each for S, dP, dV, dK, dQ), for 144 ldmatrix.x4
+ * (2.2 per load; 32 for S and for dP, 24 for dV and for dK, 32 for dQ) and 32 4-byte
+ * stores of P and dS (one wavefront each, 8 ldmatrix.x4's worth): about 16% fewer
+ * shared-memory wavefronts per mma. A block reads Q_i, dO_i, LSE_i and D_i once per 128
+ * keys instead of per 64, and adds its dQ once per 128 keys: half the atomics. A
+ * prediction, from those counts alone: 1.2x to 1.5x at B4 H16 N4096 d128 (10.07 ms to
+ * 7 to 8.5 ms), about 1.2x from the wavefronts if shared memory bounds it, the rest from
+ * the atomics (~10% of the instructions, now ~5%); short of FA2's 4.55 ms, so whatever
+ * else FA2 does (its software pipelining of the loads, its ordering of the five
+ * products) would still be missing. Measured on the same GPU model, 3 rounds: 6.60 ms,
+ * 1.53x, at the top of the range (1.27x to 1.56x over the six backward shapes, 0.62x to
+ * 0.69x torch's FA2 backward; docs/measurements/14_backward.md).
+ *
+ * Registers: dK and dV take 128 fp32 per lane at d128 in either tile, S and dP 64 more
+ * while dS is formed; at the 255 a thread may have, ptxas spills a little at d128 (CUDA
+ * 13.0, the configurations each GPU runs: wide tile 4 bytes on sm_80, 40 on sm_90;
+ * narrow tile 8 bytes on sm_86 and sm_89; none at d64), loads and stores around the
+ * step's first barrier and the masked copy of the step, outside the products.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -718,48 +743,82 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 }
 
 extern "C" const char *fa2_name(void) { return "14_backward"; }
-extern "C" const char *fa2_key_change(void) { return "the backward: dQ, dK, dV from S^T on mma.sync, dK and dV in registers, dQ by fp32 atomics"; }
+extern "C" const char *fa2_key_change(void) { return "the backward: FA2's work split on mma.sync (64 queries x 128 keys on 8 warps; 64 x 64 on 4 in a 99 KB block), P and dS through shared memory, dK and dV in registers, dQ by fp32 atomics"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
 
 // ==== the backward pass ==========================================================
 
-// The tiles: a block owns BWD_BLOCK_N keys, 16 per warp, and walks the query rows
-// BWD_BLOCK_M at a time.
-constexpr int BWD_WARPS = 4, BWD_THREADS = BWD_WARPS * 32;
-constexpr int BWD_BLOCK_N = BWD_WARPS * MMA_M;  // keys per block: warp w owns keys 16w .. 16w + 15
-constexpr int BWD_BLOCK_M = 64;                 // query rows per step of the walk
-static_assert(BWD_BLOCK_M == BWD_WARPS * MMA_M, "in dQ = dS K each warp owns 16 query rows of the step");
-static_assert(BWD_BLOCK_M * 2 == 128,
-              "a row of the dS^T tile is the 8 16-byte chunks the swizzle permutes: its fragment stores are conflict-free");
-static_assert(BWD_BLOCK_M % (2 * MMA_N) == 0, "one ldmatrix.x4 of Q or dO feeds two 8-query n-tiles");
-static_assert(BWD_BLOCK_N % MMA_K == 0, "dQ = dS K consumes the keys 16 at a time (the k of m16n8k16)");
+// The tiles. A block owns BLOCK_N keys and walks the query rows BWD_BLOCK_M at a time;
+// its warps split each product of a step their own way, FlashAttention-2's sm80 work
+// split (Flash_bwd_kernel_traits in csrc/flash_attn/src/kernel_traits.h, picked per head
+// dim and shared memory in flash_bwd_launch_template.h, Dao-AILab/flash-attention: at
+// d128, 64 queries x 128 keys, 8 warps, 2 x 4 for S and dP, 4 x 2 for dK and dV, 2 x 4
+// for dQ). Every warp tile here is 32 rows (two 16-row m-tiles) deep:
+//   S = Q K^T, dP = dO V^T:      2 warps over the queries x BLOCK_N / 32 over the keys
+//   dV += P^T dO, dK += dS^T Q:  BLOCK_N / 32 warps over the keys x the rest over the head dim
+//   dQ += dS K:                  2 warps over the queries x the rest over the head dim
+// A warp of the first two loads 32 rows of each operand per k-step, 4 ldmatrix.x4 for 8
+// mma: each fragment feeds two or more mma, where a warp of 16 keys (step 14's first
+// kernel) brought in every query row for one.
+constexpr int BWD_BLOCK_M = 64;  // query rows per step of the walk, in every tile
+constexpr int BWD_WARP_ROWS = 2 * MMA_M;
+template <int WARPS_, int BLOCK_N_>
+struct BwdTile {
+    static constexpr int WARPS = WARPS_, THREADS = WARPS * 32, BLOCK_M = BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
+    static constexpr int SDP_WARPS_N = BLOCK_N / BWD_WARP_ROWS, SDP_WARPS_M = WARPS / SDP_WARPS_N;  // S, dP: keys, queries
+    static constexpr int KV_WARPS_N = BLOCK_N / BWD_WARP_ROWS, KV_WARPS_D = WARPS / KV_WARPS_N;     // dK, dV: keys, head dim
+    static constexpr int Q_WARPS_M = BLOCK_M / BWD_WARP_ROWS, Q_WARPS_D = WARPS / Q_WARPS_M;        // dQ: queries, head dim
+    static_assert(BLOCK_N % BWD_WARP_ROWS == 0 && BLOCK_M % BWD_WARP_ROWS == 0, "warp tiles of 32 keys and 32 queries cover the block");
+    static_assert(SDP_WARPS_M * SDP_WARPS_N == WARPS && SDP_WARPS_M * BWD_WARP_ROWS == BLOCK_M,
+                  "S and dP: the warps' 32 x 32 tiles cover the step's BLOCK_M x BLOCK_N scores exactly once");
+    static_assert(KV_WARPS_N * KV_WARPS_D == WARPS, "dK and dV: every warp owns 32 keys of one slice of the head dim");
+    static_assert(Q_WARPS_M * Q_WARPS_D == WARPS, "dQ: every warp owns 32 query rows of one slice of the head dim");
+    static_assert(BLOCK_N * 2 % 128 == 0, "a row of the P and dS tiles is whole 128-byte bank windows, so the swizzle makes their reads conflict-free");
+};
+// 160 KB at d128 with Q and dO double-buffered: A100, H100 and H200 blocks take it.
+using BwdWide = BwdTile<8, 128>;
+// The same split at half the keys and warps, 2 x 2 for every product: 80 KB at d128 with one
+// Q and dO buffer, for GPUs whose blocks get 99 KB (compute capability 8.6, 8.9 and 12.x).
+using BwdNarrow = BwdTile<4, 64>;
+constexpr int BWD_MIN_BLOCK_N = 64;  // the smallest BLOCK_N of the two: it sizes the deterministic workspace
+static_assert(BwdWide::BLOCK_N >= BWD_MIN_BLOCK_N && BwdNarrow::BLOCK_N == BWD_MIN_BLOCK_N,
+              "BWD_MIN_BLOCK_N is the smallest key block, so the workspace holds the splits of either tile");
 constexpr int BWD_PREP_THREADS = 256;  // the prep and convert kernels: rows of 16-byte chunks
 
-// Shared memory of one block: K_j and V_j [BWD_BLOCK_N][D], STAGES buffers each of
-// Q_i and dO_i [BWD_BLOCK_M][D], and dS^T [BWD_BLOCK_N][BWD_BLOCK_M].
-template <int D, int STAGES>
-constexpr int bwd_smem_bytes() { return (2 * BWD_BLOCK_N + 2 * STAGES * BWD_BLOCK_M) * D * 2 + BWD_BLOCK_N * BWD_BLOCK_M * 2; }
+// Shared memory of one block: K_j and V_j [BLOCK_N][D], STAGES buffers each of Q_i and
+// dO_i [BLOCK_M][D], then P and dS [BLOCK_M][BLOCK_N].
+template <typename C, int D, int STAGES>
+constexpr int bwd_smem_bytes() { return (2 * C::BLOCK_N + 2 * STAGES * C::BLOCK_M) * D * 2 + 2 * C::BLOCK_M * C::BLOCK_N * 2; }
+static_assert(bwd_smem_bytes<BwdWide, 128, 2>() == 160 * 1024 && bwd_smem_bytes<BwdNarrow, 128, 1>() == 80 * 1024,
+              "the sizes the header and the choice below quote");
 
-// A lane's ldmatrix row addresses in a swizzled tile of COLS 16-bit columns, for one
-// fragment pattern: the lane points at row `row` of each fragment (row % 8 == lane % 8:
-// fragments start on multiples of 8 rows) and at chunk c0 + `half` (c0 even). The swizzle
-// maps chunk 8 h + c (c < 8) to 8 h + (c ^ lane % 8), so of all the chunks a lane reads
-// only 4 offsets remain, [i] for c0 % 8 = 2 i: the fragment's first row and the 128-byte
-// steps of c0 become immediates (step 07's q_addr, k_addr, v_addr). Holding one address
-// per fragment instead, ptxas keeps the loop-invariant ones of every step in registers.
+// A lane's ldmatrix row address in a swizzled tile of COLS 16-bit columns, for one
+// fragment pattern: the lane points at row `row` (its row in the pattern plus the warp's
+// first row, a multiple of 8, so row % 8 == lane % 8) and at chunk chunk0 + c0 + `half`:
+// chunk0 the warp's first chunk, a multiple of its span of chunks, a power of two (SPAN);
+// c0 the fragment's, even, below SPAN modulo 8, a compile-time constant. The three then
+// share no bit below 8, so their sum is their OR, and the swizzle, which XORs a chunk's low
+// 3 bits with row % 8, gives chunk 8 (chunk0 / 8 + c0 / 8) + (c0 % 8 ^ chunk0 % 8 ^ half ^
+// row % 8): all that depends on the lane is one row offset and one XOR term, two registers
+// (the XOR term the same for every pattern with the same chunk0 % 8 and half), and a load
+// costs one LOP3 and one add, the fragment's rows and 128-byte steps going into the
+// ldmatrix's immediate offset. (Step 07 keeps four precomputed offsets per pattern, one per
+// c0 % 8, and no LOP3; at six patterns, 24 registers, the backward's d128 tiles spill.)
 template <int COLS>
-struct LaneOffsets {
-    uint32_t off[4];
-    __device__ LaneOffsets(int row, int half)
+struct LaneRows {
+    uint32_t row_off;    // bytes to the lane's row and to the 128-byte window of chunk0
+    uint32_t chunk_xor;  // 16 x (chunk0 % 8 ^ half ^ row % 8)
+    template <int SPAN>
+    __device__ static LaneRows of(int row, int chunk0, int half)
     {
-#pragma unroll
-        for (int i = 0; i < 4; i++) off[i] = row * (COLS * 2) + (((2 * i + half) ^ (row % 8)) * 16);
+        static_assert(SPAN > 0 && (SPAN & (SPAN - 1)) == 0, "a warp's span of chunks is a power of two, so chunk0 + c0 + half is chunk0 | c0 | half");
+        return LaneRows{(uint32_t)(row * (COLS * 2) + chunk0 / 8 * 128), (uint32_t)(((chunk0 % 8) ^ half ^ (row % 8)) * 16)};
     }
-    // The lane's address in the fragment of rows r0 .. (a multiple of 8), chunks c0, c0 + 1.
+    // The lane's address in the fragment of rows r0 .. (a multiple of 8) and chunks c0, c0 + 1.
     __device__ __forceinline__ uint32_t at(uint32_t tile_saddr, int r0, int c0) const
     {
-        return tile_saddr + r0 * (COLS * 2) + c0 / 8 * 128 + off[c0 % 8 / 2];
+        return tile_saddr + r0 * (COLS * 2) + c0 / 8 * 128 + row_off + ((c0 % 8 * 16) ^ chunk_xor);
     }
 };
 
@@ -791,6 +850,7 @@ struct BwdArgs {
     int deterministic;   // 1: the key blocks in launches of S, dq_ws one partial per split
     int dq_partials;     // partials in dq_ws: the S splits, or 1 (the sum every key block adds to)
     int n_block0;        // this launch's first key block (deterministic; 0 otherwise)
+    int block_n;         // keys per block of the tile the main kernel runs (its split x starts at key block x)
 };
 
 // Kernel 1: D = rowsum(dO * O), and dQ's accumulators (the sum, or each split's partial)
@@ -833,34 +893,48 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArg
 }
 
 // Kernel 2: one block per (key block, kv head, batch); see the header for the algorithm.
-// Two blocks per SM (8 warps) bound the registers to 255 a lane: dK, dV, S^T and dP^T
-// take 192 at d128 and 128 at d64, where ptxas takes all 255 anyway (it keeps a step's Q
-// fragments live); held to 170 for three blocks it spills 52 bytes (CUDA 13.0, sm_80).
-constexpr int BWD_MIN_BLOCKS = 2;
-template <typename T, int D, int STAGES>
-__global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(const BwdArgs a)
+// One block per SM in practice (the wide tile: 256 threads at 220 to 255 registers fill
+// the register file; the narrow one: 80 KB of a 99 KB GPU's 100 KB per SM), so the bound
+// leaves ptxas all 255 registers: dK and dV take 128 of them in both tiles at d128, S and
+// dP 64 more while dS is formed.
+template <typename T, int D, typename C, int STAGES>
+__global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
 {
-    constexpr int BLOCK_M = BWD_BLOCK_M, BLOCK_N = BWD_BLOCK_N, THREADS = BWD_THREADS;
-    static_assert(D % MMA_K == 0, "S^T = K Q^T consumes the head dim 16 at a time (the k of m16n8k16)");
-    static_assert(D % (2 * MMA_N) == 0, "one ldmatrix.x4.trans of dO, Q or K feeds two 8-column d-tiles");
+    constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, THREADS = C::THREADS;
+    constexpr int KV_COLS = D / C::KV_WARPS_D;            // head-dim columns of a warp's dK and dV
+    constexpr int Q_COLS = D / C::Q_WARPS_D;              // head-dim columns of a warp's dQ
+    constexpr int Q_CHUNK = Q_COLS < 32 ? Q_COLS : 32;    // dQ columns accumulated at a time
+    constexpr int M_TILES = BWD_WARP_ROWS / MMA_M;        // m-tiles of a warp tile, in every product
+    constexpr int SDP_N_TILES = BWD_WARP_ROWS / MMA_N;    // key n-tiles of a warp's S and dP
+    static_assert(D % MMA_K == 0, "S = Q K^T and dP = dO V^T consume the head dim 16 at a time (the k of m16n8k16)");
+    static_assert(KV_COLS % (2 * MMA_N) == 0, "a warp's dK and dV columns are whole pairs of d-tiles: one ldmatrix.x4.trans of Q or dO each");
+    static_assert(Q_COLS % Q_CHUNK == 0 && Q_CHUNK % (2 * MMA_N) == 0,
+                  "a warp's dQ columns are whole chunks of whole pairs of d-tiles: one ldmatrix.x4.trans of K each");
+    static_assert(BLOCK_M % MMA_K == 0 && BLOCK_N % MMA_K == 0, "dV, dK (queries) and dQ (keys) consume their k 16 at a time");
+    static_assert(SDP_N_TILES % 2 == 0, "one ldmatrix.x4 of K or V feeds two 8-key n-tiles");
     static_assert(STAGES == 1 || STAGES == 2, "Q and dO single- or double-buffered");
     const fa2_bwd_params &bp = a.p;
     const fa2_params &p = a.p.fwd;
     extern __shared__ __align__(16) uint16_t smem[];
     // The tiles as shared-state-space byte addresses (_saddr), the form cp.async and ldmatrix take.
-    constexpr uint32_t ROW_BYTES = D * 2, QTILE_BYTES = BLOCK_M * ROW_BYTES;
+    constexpr uint32_t ROW_BYTES = D * 2, QTILE_BYTES = BLOCK_M * ROW_BYTES, PTILE_BYTES = BLOCK_M * BLOCK_N * 2;
     const uint32_t k_saddr = (uint32_t)__cvta_generic_to_shared(smem);  // [BLOCK_N][D]
     const uint32_t v_saddr = k_saddr + BLOCK_N * ROW_BYTES;             // [BLOCK_N][D]
     const uint32_t q_saddr = v_saddr + BLOCK_N * ROW_BYTES;             // [STAGES][BLOCK_M][D]
     const uint32_t do_saddr = q_saddr + STAGES * QTILE_BYTES;           // [STAGES][BLOCK_M][D]
-    const uint32_t ds_saddr = do_saddr + STAGES * QTILE_BYTES;          // [BLOCK_N][BLOCK_M]: dS^T, keys x queries
-    uint16_t(*ds_smem)[BLOCK_M] = reinterpret_cast<uint16_t(*)[BLOCK_M]>(smem + (2 * BLOCK_N + 2 * STAGES * BLOCK_M) * D);
+    const uint32_t p_saddr = do_saddr + STAGES * QTILE_BYTES;           // [BLOCK_M][BLOCK_N]: P, queries x keys
+    const uint32_t ds_saddr = p_saddr + PTILE_BYTES;                    // [BLOCK_M][BLOCK_N]: dS, queries x keys
+    uint16_t *p_smem = smem + (2 * BLOCK_N + 2 * STAGES * BLOCK_M) * D;  // the same two tiles, for the fragment stores
+    uint16_t *ds_smem = p_smem + BLOCK_M * BLOCK_N;
 
     const int n_block = a.n_block0 + blockIdx.x, h_kv = blockIdx.y + a.head_kv0, b = blockIdx.z + a.batch0;
     const int n0 = n_block * BLOCK_N;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const int g = lane / 4, t = lane % 4;       // mma fragment coordinates: row group, thread in group
-    const int warp_key0 = warp * MMA_M;         // this warp's first key in the block
+    const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
+    // The warp's tile of each product (first row or column in the step or the block):
+    const int sdp_q0 = warp % C::SDP_WARPS_M * BWD_WARP_ROWS, sdp_k0 = warp / C::SDP_WARPS_M * BWD_WARP_ROWS;  // S, dP
+    const int kv_k0 = warp % C::KV_WARPS_N * BWD_WARP_ROWS, kv_d0 = warp / C::KV_WARPS_N * KV_COLS;          // dK, dV
+    const int dq_q0 = warp % C::Q_WARPS_M * BWD_WARP_ROWS, dq_d0 = warp / C::Q_WARPS_M * Q_COLS;             // dQ
     const int group = p.heads_q / p.heads_kv;   // GQA: the query heads of this kv head
     const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
     const float scale_log2 = p.softmax_scale * LOG2E;
@@ -890,47 +964,97 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
     if (steps > 0) issue_step(0, 0);
     cp_async_commit();
 
-    // This lane's ldmatrix rows in the three fragment patterns of the D-wide tiles:
-    //  a_rows:  A, row major (K and V for S^T and dP^T): rows lane % 16, chunk + lane / 16;
-    //  b_rows:  B from the n-rows (Q and dO for S^T and dP^T): rows lane / 16 * 8 + lane % 8,
-    //           chunk + lane / 8 % 2;
-    //  bt_rows: B from the k-rows, transposed on the way (dO, Q and K for dV, dK and dQ):
-    //           rows lane / 8 % 2 * 8 + lane % 8, chunk + lane / 16.
-    const LaneOffsets<D> a_rows(lane % 16, lane / 16), b_rows(lane / 16 * 8 + lane % 8, lane / 8 % 2),
-        bt_rows(lane / 8 % 2 * 8 + lane % 8, lane / 16);
-    // And in the dS^T tile, for A = dS read transposed: keys lane / 16 * 8 + lane % 8, the
-    // warp's query chunk 2 warp + lane / 8 % 2 (8 chunks to a row: the swizzle's whole range).
-    const int ds_row = lane / 16 * 8 + lane % 8;
-    const uint32_t ds_lane_saddr = ds_saddr + ds_row * BLOCK_M * 2 + (((2 * warp + lane / 8 % 2) ^ (ds_row % 8)) * 16);
+    // This lane's ldmatrix rows, one set per operand (LaneRows: the fragment's rows and
+    // chunks; the lanes of matrix i of an x4 are 8 i .. 8 i + 7, register i of each lane):
+    //  qa:  A, row major: Q or dO for S or dP. Rows lane % 16 of the warp's queries, chunk
+    //       + lane / 16: matrices (rows 0-7, 8-15) x (k 0-7, 8-15) = a0, a1, a2, a3.
+    //  kb:  B from its n-rows: K or V for S or dP (B = K^T: element (k = d, n = key) is
+    //       K[key][d]). Keys lane / 16 * 8 + lane % 8, chunk + lane / 8 % 2: b0, b1 of the
+    //       n-tile of keys 0-7, then b0, b1 of keys 8-15.
+    //  pt:  A = P^T or dS^T (m = key, k = query) from the [query][key] tiles, transposed on
+    //       the way: queries lane / 16 * 8 + lane % 8, key chunk + lane / 8 % 2: matrices
+    //       (queries 0-7, keys 0-7) = a0, (0-7, 8-15) = a1, (8-15, 0-7) = a2, (8-15, 8-15) = a3.
+    //  qbt: B from its k-rows, transposed on the way: dO or Q for dV or dK (k = query,
+    //       n = d). Queries lane / 8 % 2 * 8 + lane % 8, d chunk + lane / 16: b0, b1 of
+    //       d-tile dt, then b0, b1 of d-tile dt + 1.
+    //  dsa: A = dS (m = query, k = key) for dQ, row major as qa.
+    //  kbt: B = K (k = key, n = d) for dQ, transposed on the way as qbt.
+    const LaneRows<D> qa = LaneRows<D>::template of<D / 8>(sdp_q0 + lane % 16, 0, lane / 16);
+    const LaneRows<D> kb = LaneRows<D>::template of<D / 8>(sdp_k0 + lane / 16 * 8 + lane % 8, 0, lane / 8 % 2);
+    const LaneRows<D> qbt = LaneRows<D>::template of<KV_COLS / 8>(lane / 8 % 2 * 8 + lane % 8, kv_d0 / 8, lane / 16);
+    const LaneRows<D> kbt = LaneRows<D>::template of<Q_COLS / 8>(lane / 8 % 2 * 8 + lane % 8, dq_d0 / 8, lane / 16);
+    const LaneRows<BLOCK_N> pt = LaneRows<BLOCK_N>::template of<BWD_WARP_ROWS / 8>(lane / 16 * 8 + lane % 8, kv_k0 / 8, lane / 8 % 2);
+    const LaneRows<BLOCK_N> dsa = LaneRows<BLOCK_N>::template of<BLOCK_N / 8>(dq_q0 + lane % 16, 0, lane / 16);
 
-    float dk_acc[D / MMA_N][4];  // [d-tile][c0..c3]: keys g, g+8 of the warp's 16, cols 2t, 2t+1
-    float dv_acc[D / MMA_N][4];  // the same for dV
+    float dk_acc[M_TILES][KV_COLS / MMA_N][4];  // [key m-tile][d-tile][c0..c3]: keys g, g+8 of the m-tile, cols 2t, 2t+1
+    float dv_acc[M_TILES][KV_COLS / MMA_N][4];  // the same for dV
 #pragma unroll
-    for (int dt = 0; dt < D / MMA_N; dt++)
+    for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-        for (int e = 0; e < 4; e++) dk_acc[dt][e] = dv_acc[dt][e] = 0.0f;
+        for (int dt = 0; dt < KV_COLS / MMA_N; dt++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) dk_acc[mt][dt][e] = dv_acc[mt][dt][e] = 0.0f;
 
-    // acc = A B^T for the warp's 16 key rows of a [BLOCK_N][D] tile A (K or V) and the
-    // BLOCK_M query rows of a [BLOCK_M][D] tile B (Q or dO): S^T = K Q^T and dP^T = V dO^T.
-    auto keys_times_queries_t = [&](float (&acc)[BLOCK_M / MMA_N][4], uint32_t keys_saddr, uint32_t queries_saddr) {
+    // acc = A B^T for the warp's 32 query rows of a [BLOCK_M][D] tile A (Q or dO) and its
+    // 32 key rows of a [BLOCK_N][D] tile B (K or V): S = Q K^T and dP = dO V^T.
+    auto queries_times_keys_t = [&](float (&acc)[M_TILES][SDP_N_TILES][4], uint32_t queries_saddr, uint32_t keys_saddr) {
 #pragma unroll
-        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int nt = 0; nt < SDP_N_TILES; nt++) acc[mt][nt][0] = acc[mt][nt][1] = acc[mt][nt][2] = acc[mt][nt][3] = 0.0f;
 #pragma unroll
         for (int kk = 0; kk < D / MMA_K; kk++) {
-            // A (row major, as Q in the forward): rows lane % 16, chunk 2 kk + lane / 16 = a0..a3.
-            uint32_t a_frag[4];  // [a0..a3] of the warp's keys for d k-step kk
-            ldmatrix_x4(a_frag, a_rows.at(keys_saddr, warp_key0, 2 * kk));
+            uint32_t a_frag[M_TILES][4];  // [query m-tile][a0..a3] for d k-step kk
 #pragma unroll
-            for (int nt = 0; nt < BLOCK_M / MMA_N; nt += 2) {
-                // B^T, element (k = d, n = query) = B[query][d]: B's rows are the n of the mma's B,
-                // as K's in the forward: queries 8 nt + 0-7 (lanes 0-15) or + 8-15, d chunk
-                // 2 kk + lane / 8 % 2.
-                uint32_t b_frag[4];  // [b0, b1 of n-tile nt, b0, b1 of n-tile nt + 1]
-                ldmatrix_x4(b_frag, b_rows.at(queries_saddr, nt * MMA_N, 2 * kk));
-                mma_m16n8k16<T>(acc[nt], a_frag, b_frag[0], b_frag[1]);
-                mma_m16n8k16<T>(acc[nt + 1], a_frag, b_frag[2], b_frag[3]);
+            for (int mt = 0; mt < M_TILES; mt++) ldmatrix_x4(a_frag[mt], qa.at(queries_saddr, mt * MMA_M, 2 * kk));
+#pragma unroll
+            for (int nt = 0; nt < SDP_N_TILES; nt += 2) {
+                uint32_t b_frag[4];  // [b0, b1 of key n-tile nt, b0, b1 of n-tile nt + 1]
+                ldmatrix_x4(b_frag, kb.at(keys_saddr, nt * MMA_N, 2 * kk));
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    mma_m16n8k16<T>(acc[mt][nt], a_frag[mt], b_frag[0], b_frag[1]);
+                    mma_m16n8k16<T>(acc[mt][nt + 1], a_frag[mt], b_frag[2], b_frag[3]);
+                }
             }
         }
+    };
+
+    // acc += A^T B for the warp's 32 keys (columns of a [BLOCK_M][BLOCK_N] tile A: P or dS)
+    // and its KV_COLS columns of a [BLOCK_M][D] tile B (dO or Q): dV += P^T dO, dK += dS^T Q.
+    auto keys_times_queries = [&](float (&acc)[M_TILES][KV_COLS / MMA_N][4], uint32_t scores_saddr, uint32_t queries_saddr) {
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
+            uint32_t a_frag[M_TILES][4];  // [key m-tile][a0..a3] of the transpose, queries 16 j .. 16 j + 15
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) ldmatrix_x4_trans(a_frag[mt], pt.at(scores_saddr, j * MMA_K, 2 * mt));
+#pragma unroll
+            for (int dt = 0; dt < KV_COLS / MMA_N; dt += 2) {
+                uint32_t b_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
+                ldmatrix_x4_trans(b_frag, qbt.at(queries_saddr, j * MMA_K, dt));
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    mma_m16n8k16<T>(acc[mt][dt], a_frag[mt], b_frag[0], b_frag[1]);
+                    mma_m16n8k16<T>(acc[mt][dt + 1], a_frag[mt], b_frag[2], b_frag[3]);
+                }
+            }
+        }
+    };
+
+    // A C fragment of the warp's S or dP tile, rounded to the dtype, into a [BLOCK_M][BLOCK_N]
+    // tile: lane 4g + t writes 4 bytes at rows g and g + 8, columns 2t, 2t + 1 of each 8-column
+    // n-tile. The 8 rows g of a store land in 8 different 16-byte chunks of their 128-byte
+    // bank windows (the swizzle; a row is whole windows) and the 4 lanes t fill one chunk:
+    // 32 different banks, one wavefront per store.
+    auto store_scores = [&](uint16_t *tile, const float (&acc)[M_TILES][SDP_N_TILES][4]) {
+#pragma unroll
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int nt = 0; nt < SDP_N_TILES; nt++) {
+                const int row_lo = sdp_q0 + mt * MMA_M + g, row_hi = row_lo + 8, col = sdp_k0 + nt * MMA_N + 2 * t;
+                *reinterpret_cast<uint32_t *>(tile + row_lo * BLOCK_N + swizzle(row_lo, col)) = pack2<T>(acc[mt][nt][0], acc[mt][nt][1]);
+                *reinterpret_cast<uint32_t *>(tile + row_hi * BLOCK_N + swizzle(row_hi, col)) = pack2<T>(acc[mt][nt][2], acc[mt][nt][3]);
+            }
     };
 
     // One step: instantiated twice, as step 07's key tile. Steps that need no mask
@@ -942,126 +1066,119 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
         const int64_t row0 = ((int64_t)b * p.heads_q + h) * p.seqlen_q + m0;  // row m0 of head h in LSE order
         const uint32_t qs_saddr = q_saddr + stage * QTILE_BYTES, dos_saddr = do_saddr + stage * QTILE_BYTES;
 
-        // S^T = K_j Q_i^T: the warp's 16 keys x BLOCK_M queries.
-        float st_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3]: keys g, g+8; queries 8 nt + 2t, + 1
-        keys_times_queries_t(st_acc, k_saddr, qs_saddr);
-
-        // P^T = exp2(S^T scale log2e - LSE log2e), in place. Masked: a hidden pair (a key
-        // past seqlen_k or past the row's causal limit, a row past seqlen_q) is selected
-        // to 0, never computed from -inf: a row that sees no key has LSE = -inf, and
-        // -inf - -inf would be NaN. (Every row of it is masked, so its LSE is never used.)
-        auto visible = [&](int nt, int e) {
-            const int key = n0 + warp_key0 + g + (e >= 2 ? 8 : 0), row = m0 + nt * MMA_N + 2 * t + (e & 1);
-            return row < p.seqlen_q && key < p.seqlen_k && (!p.causal || key <= row + shift);
+        // The lane's rows of the step (g and g + 8 of each m-tile) and, loaded before the
+        // product that follows, so that the product hides their latency, their LSE (here) and
+        // D (before dP); rows past seqlen_q take 0.
+        auto load_rows = [&](float (&x)[M_TILES][2], const float *src, float factor) {
+#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                for (int r = 0; r < 2; r++) {
+                    const int row = sdp_q0 + mt * MMA_M + g + 8 * r;
+                    x[mt][r] = !MASKED || m0 + row < p.seqlen_q ? src[row0 + row] * factor : 0.0f;
+                }
         };
+        float lse_log2[M_TILES][2];  // [query m-tile][rows g, g + 8]: LSE log2 e
+        load_rows(lse_log2, p.lse, LOG2E);
+
+        // S = Q_i K_j^T: the warp's 32 queries x 32 keys.
+        float s_acc[M_TILES][SDP_N_TILES][4];  // [query m-tile][key n-tile][c0..c3]: rows g, g+8; keys 2t, 2t+1
+        queries_times_keys_t(s_acc, qs_saddr, k_saddr);
+
+        // P = exp2(S scale log2e - LSE log2e), in place. Masked: a hidden pair (a key past
+        // seqlen_k or past the row's causal limit, a row past seqlen_q) is selected to 0,
+        // never computed from -inf: a row that sees no key has LSE = -inf, and -inf - -inf
+        // would be NaN. (Every pair of such a row is masked, so its LSE is never used.) The
+        // keys a row sees are a prefix, so one number per row says which: the last of them,
+        // counted from the lane's first key column (-1 for a row past seqlen_q), and a pair's
+        // test is one compare with an immediate.
+        int key_last[M_TILES][2];  // [query m-tile][rows g, g + 8]
 #pragma unroll
-        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
+        for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int q_col = nt * MMA_N + 2 * t + c;  // this lane's query column
-                const float lse_log2 = !MASKED || m0 + q_col < p.seqlen_q ? p.lse[row0 + q_col] * LOG2E : 0.0f;
+            for (int r = 0; r < 2; r++) {
+                const int row = m0 + sdp_q0 + mt * MMA_M + g + 8 * r;
+                const int last = p.causal ? min(p.seqlen_k - 1, row + shift) : p.seqlen_k - 1;  // causal: key <= row + shift
+                key_last[mt][r] = row < p.seqlen_q ? last - (n0 + sdp_k0 + 2 * t) : -1;
+            }
+        auto visible = [&](int mt, int nt, int e) { return nt * MMA_N + (e & 1) <= key_last[mt][e / 2]; };
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const float prob = exp2_approx(fmaf(st_acc[nt][2 * r + c], scale_log2, -lse_log2));
-                    st_acc[nt][2 * r + c] = !MASKED || visible(nt, 2 * r + c) ? prob : 0.0f;
+        for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+            for (int nt = 0; nt < SDP_N_TILES; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const float prob = exp2_approx(fmaf(s_acc[mt][nt][e], scale_log2, -lse_log2[mt][e / 2]));
+                    s_acc[mt][nt][e] = !MASKED || visible(mt, nt, e) ? prob : 0.0f;
                 }
-            }
+        // P to shared memory: dV's A is P^T of the warp's 32 keys over all BLOCK_M queries,
+        // and the S tiles of those queries are other warps' (SDP_WARPS_M of them).
+        store_scores(p_smem, s_acc);
 
-        // dV_j += P^T dO_i. The C fragments of query n-tiles 2j, 2j + 1 are the A fragment of
-        // k-step j. B = dO (k = query, n = d): dO's rows are the k of B, transposed on the way
-        // as V in the forward: queries 16 j + 0-7 / 8-15 (lane / 8 % 2), chunk dt + lane / 16.
-#pragma unroll
-        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
-            uint32_t p_frag[4];  // [a0..a3]: P^T of the warp's keys x queries 16 j .. 16 j + 15
-            p_frag[0] = pack2<T>(st_acc[2 * j][0], st_acc[2 * j][1]);
-            p_frag[1] = pack2<T>(st_acc[2 * j][2], st_acc[2 * j][3]);
-            p_frag[2] = pack2<T>(st_acc[2 * j + 1][0], st_acc[2 * j + 1][1]);
-            p_frag[3] = pack2<T>(st_acc[2 * j + 1][2], st_acc[2 * j + 1][3]);
-#pragma unroll
-            for (int dt = 0; dt < D / MMA_N; dt += 2) {
-                uint32_t do_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
-                ldmatrix_x4_trans(do_frag, bt_rows.at(dos_saddr, j * MMA_K, dt));
-                mma_m16n8k16<T>(dv_acc[dt], p_frag, do_frag[0], do_frag[1]);
-                mma_m16n8k16<T>(dv_acc[dt + 1], p_frag, do_frag[2], do_frag[3]);
-            }
-        }
+        // dP = dO_i V_j^T: as S, with dO for Q and V for K.
+        float d_row[M_TILES][2];  // [query m-tile][rows g, g + 8]: D = rowsum(dO * O)
+        load_rows(d_row, a.d_ws, 1.0f);
+        float dp_acc[M_TILES][SDP_N_TILES][4];  // as s_acc
+        queries_times_keys_t(dp_acc, dos_saddr, v_saddr);
 
-        // dP^T = V_j dO_i^T: as S^T, with V for K and dO for Q.
-        float dpt_acc[BLOCK_M / MMA_N][4];  // [query n-tile][c0..c3], as st_acc
-        keys_times_queries_t(dpt_acc, v_saddr, dos_saddr);
-
-        // dS^T = P^T * (dP^T - D), in place in dpt_acc; masked pairs are 0 (a NaN in V at a key
-        // a row does not see must not reach that row's dQ through 0 x NaN).
+        // dS = P * (dP - D), in place in dp_acc, with P in fp32; masked pairs are 0 (a NaN in
+        // V at a key a row does not see must not reach that row's dQ through 0 x NaN). Their P
+        // is 0, so P == 0 selects them: asking visible() again, the compiler keeps the first
+        // answers, a predicate per pair, live across dP (d128, sm_90, CUDA 13.0: up to 180 bytes spilled).
+        // A visible pair whose P underflowed to 0 is zeroed with them, which changes its dS
+        // only where dP - D is not finite.
 #pragma unroll
-        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
+        for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-            for (int c = 0; c < 2; c++) {
-                const int q_col = nt * MMA_N + 2 * t + c;
-                const float d_row = !MASKED || m0 + q_col < p.seqlen_q ? a.d_ws[row0 + q_col] : 0.0f;
+            for (int nt = 0; nt < SDP_N_TILES; nt++)
 #pragma unroll
-                for (int r = 0; r < 2; r++) {
-                    const float ds = st_acc[nt][2 * r + c] * (dpt_acc[nt][2 * r + c] - d_row);
-                    dpt_acc[nt][2 * r + c] = !MASKED || visible(nt, 2 * r + c) ? ds : 0.0f;
+                for (int e = 0; e < 4; e++) {
+                    const float ds = s_acc[mt][nt][e] * (dp_acc[mt][nt][e] - d_row[mt][e / 2]);
+                    dp_acc[mt][nt][e] = !MASKED || s_acc[mt][nt][e] != 0.0f ? ds : 0.0f;
                 }
-            }
+        store_scores(ds_smem, dp_acc);
+        __syncthreads();  // every warp's P and dS are in shared memory
 
-        // dS^T to shared memory for dQ (swizzled: the 8 rows g of a fragment store land in 8
-        // different 16-byte chunks of the 128-byte row, so the 4-byte stores are conflict-free),
-        // and dK_j += dS^T Q_i from the same registers: B = Q (k = query, n = d), transposed on
-        // the way as dO above.
-#pragma unroll
-        for (int j = 0; j < BLOCK_M / MMA_K; j++) {
-            uint32_t ds_frag[4];  // [a0..a3]: dS^T of the warp's keys x queries 16 j .. 16 j + 15
-            ds_frag[0] = pack2<T>(dpt_acc[2 * j][0], dpt_acc[2 * j][1]);
-            ds_frag[1] = pack2<T>(dpt_acc[2 * j][2], dpt_acc[2 * j][3]);
-            ds_frag[2] = pack2<T>(dpt_acc[2 * j + 1][0], dpt_acc[2 * j + 1][1]);
-            ds_frag[3] = pack2<T>(dpt_acc[2 * j + 1][2], dpt_acc[2 * j + 1][3]);
-            const int key_lo = warp_key0 + g, key_hi = key_lo + 8, col = j * MMA_K + 2 * t;
-            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col)]) = ds_frag[0];
-            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col)]) = ds_frag[1];
-            *reinterpret_cast<uint32_t *>(&ds_smem[key_lo][swizzle(key_lo, col + 8)]) = ds_frag[2];
-            *reinterpret_cast<uint32_t *>(&ds_smem[key_hi][swizzle(key_hi, col + 8)]) = ds_frag[3];
-#pragma unroll
-            for (int dt = 0; dt < D / MMA_N; dt += 2) {
-                uint32_t q_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
-                ldmatrix_x4_trans(q_frag, bt_rows.at(qs_saddr, j * MMA_K, dt));
-                mma_m16n8k16<T>(dk_acc[dt], ds_frag, q_frag[0], q_frag[1]);
-                mma_m16n8k16<T>(dk_acc[dt + 1], ds_frag, q_frag[2], q_frag[3]);
-            }
-        }
-        __syncthreads();  // every warp's keys of dS^T are in shared memory
+        // dV_j += P^T dO_i and dK_j += dS^T Q_i: the warp's 32 keys x KV_COLS columns, the
+        // step's BLOCK_M queries as k.
+        keys_times_queries(dv_acc, p_saddr, dos_saddr);
+        keys_times_queries(dk_acc, ds_saddr, qs_saddr);
 
-        // dQ_i += dS K_j: warp w owns query rows 16 w .. 16 w + 15 of the step, over all the
-        // block's keys. A = dS (m = query, k = key) from the dS^T tile, whose rows are the k of
-        // A: ldmatrix.trans, matrices keys + 0-7 / 8-15 (lane / 16) x queries + 0-7 / 8-15
-        // (lane / 8 % 2) = a0..a3. B = K (k = key, n = d), transposed on the way as V in the forward.
-        uint32_t dst_frag[BLOCK_N / MMA_K][4];  // [key k-step][a0..a3] of dS, the warp's 16 query rows
+        // dQ_i += dS K_j: the warp's 32 query rows x Q_COLS columns over the block's keys, a
+        // chunk of Q_CHUNK columns at a time, each added to global memory as soon as it is
+        // complete (accumulators for all Q_COLS would sit next to dK's and dV's).
 #pragma unroll
-        for (int kj = 0; kj < BLOCK_N / MMA_K; kj++)
-            ldmatrix_x4_trans(dst_frag[kj], ds_lane_saddr + kj * MMA_K * BLOCK_M * 2);
-        const int q_lo = warp * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
-        float *dq_lo = dq_ws + (row0 + q_lo) * D + 2 * t, *dq_hi = dq_lo + 8 * D;
-        const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
-        // Two d-tiles at a time, added to global memory as soon as they are complete: the
-        // warp's 16 x D block of dQ would need D / 2 more accumulator registers per lane,
-        // next to dK's and dV's D each.
-#pragma unroll
-        for (int dt = 0; dt < D / MMA_N; dt += 2) {
-            float dq_acc[2][4] = {};  // [d-tile dt, dt + 1][c0..c3]: queries q_lo, q_lo + 8; cols 2t, 2t + 1
+        for (int col0 = 0; col0 < Q_COLS; col0 += Q_CHUNK) {
+            float dq_acc[M_TILES][Q_CHUNK / MMA_N][4] = {};  // [query m-tile][d-tile of the chunk][c0..c3]: rows g, g+8; cols 2t, 2t+1
 #pragma unroll
             for (int kj = 0; kj < BLOCK_N / MMA_K; kj++) {
-                uint32_t k_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1]
-                ldmatrix_x4_trans(k_frag, bt_rows.at(k_saddr, kj * MMA_K, dt));
-                mma_m16n8k16<T>(dq_acc[0], dst_frag[kj], k_frag[0], k_frag[1]);
-                mma_m16n8k16<T>(dq_acc[1], dst_frag[kj], k_frag[2], k_frag[3]);
+                uint32_t ds_frag[M_TILES][4];  // [query m-tile][a0..a3] of dS, keys 16 kj .. 16 kj + 15
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) ldmatrix_x4(ds_frag[mt], dsa.at(ds_saddr, mt * MMA_M, 2 * kj));
+#pragma unroll
+                for (int dt = 0; dt < Q_CHUNK / MMA_N; dt += 2) {
+                    uint32_t k_frag[4];  // [b0, b1 of d-tile dt, b0, b1 of d-tile dt + 1] of the chunk
+                    ldmatrix_x4_trans(k_frag, kbt.at(k_saddr, kj * MMA_K, col0 / MMA_N + dt));
+#pragma unroll
+                    for (int mt = 0; mt < M_TILES; mt++) {
+                        mma_m16n8k16<T>(dq_acc[mt][dt], ds_frag[mt], k_frag[0], k_frag[1]);
+                        mma_m16n8k16<T>(dq_acc[mt][dt + 1], ds_frag[mt], k_frag[2], k_frag[3]);
+                    }
+                }
             }
 #pragma unroll
-            for (int half = 0; half < 2; half++) {
-                const int col = (dt + half) * MMA_N;
-                // into the sum every key block adds to (or this split's partial): the result
-                // unused, so RED, not ATOM
-                if (lo_in) atomicAdd(dq_lo + col, dq_acc[half][0]), atomicAdd(dq_lo + col + 1, dq_acc[half][1]);
-                if (hi_in) atomicAdd(dq_hi + col, dq_acc[half][2]), atomicAdd(dq_hi + col + 1, dq_acc[half][3]);
+            for (int mt = 0; mt < M_TILES; mt++) {
+                const int q_lo = dq_q0 + mt * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
+                float *dq_lo = dq_ws + (row0 + q_lo) * D + dq_d0 + col0 + 2 * t, *dq_hi = dq_lo + 8 * D;
+                const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
+#pragma unroll
+                for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
+                    const int col = dt * MMA_N;
+                    // into the sum every key block adds to (or this split's partial): the result
+                    // unused, so RED, not ATOM
+                    if (lo_in) atomicAdd(dq_lo + col, dq_acc[mt][dt][0]), atomicAdd(dq_lo + col + 1, dq_acc[mt][dt][1]);
+                    if (hi_in) atomicAdd(dq_hi + col, dq_acc[mt][dt][2]), atomicAdd(dq_hi + col + 1, dq_acc[mt][dt][3]);
+                }
             }
         }
     };
@@ -1074,7 +1191,7 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
             cp_async_commit();
         }
         // Q_s and dO_s have landed (this thread's copies, then, after the barrier, every
-        // thread's); every warp is done with step s - 1: its buffer and the dS^T tile.
+        // thread's); every warp is done with step s - 1: its buffer and the P and dS tiles.
         cp_async_wait<0>();
         __syncthreads();
         if (STAGES == 2 && s + 1 < steps) {  // step s + 1 loads while step s computes
@@ -1092,17 +1209,20 @@ __global__ void __launch_bounds__(BWD_THREADS, BWD_MIN_BLOCKS) fa2_bwd_kernel(co
     // strides: a quad's four 4-byte stores fill 16 contiguous bytes of a row. Written
     // once per block, so staging them for 128-byte lines (step 06) would save little.
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int key = n0 + warp_key0 + g + 8 * r;
-        if (key >= p.seqlen_k) continue;
-        uint16_t *dk = (uint16_t *)bp.dk + b * bp.dk_batch_stride + (int64_t)key * bp.dk_row_stride + h_kv * bp.dk_head_stride + 2 * t;
-        uint16_t *dv = (uint16_t *)bp.dv + b * bp.dv_batch_stride + (int64_t)key * bp.dv_row_stride + h_kv * bp.dv_head_stride + 2 * t;
+    for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-        for (int dt = 0; dt < D / MMA_N; dt++) {
-            *reinterpret_cast<uint32_t *>(dk + dt * MMA_N) = pack2<T>(dk_acc[dt][2 * r] * p.softmax_scale, dk_acc[dt][2 * r + 1] * p.softmax_scale);
-            *reinterpret_cast<uint32_t *>(dv + dt * MMA_N) = pack2<T>(dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
+        for (int r = 0; r < 2; r++) {
+            const int key = n0 + kv_k0 + mt * MMA_M + g + 8 * r;
+            if (key >= p.seqlen_k) continue;
+            uint16_t *dk = (uint16_t *)bp.dk + b * bp.dk_batch_stride + (int64_t)key * bp.dk_row_stride + h_kv * bp.dk_head_stride + kv_d0 + 2 * t;
+            uint16_t *dv = (uint16_t *)bp.dv + b * bp.dv_batch_stride + (int64_t)key * bp.dv_row_stride + h_kv * bp.dv_head_stride + kv_d0 + 2 * t;
+#pragma unroll
+            for (int dt = 0; dt < KV_COLS / MMA_N; dt++) {
+                *reinterpret_cast<uint32_t *>(dk + dt * MMA_N) =
+                    pack2<T>(dk_acc[mt][dt][2 * r] * p.softmax_scale, dk_acc[mt][dt][2 * r + 1] * p.softmax_scale);
+                *reinterpret_cast<uint32_t *>(dv + dt * MMA_N) = pack2<T>(dv_acc[mt][dt][2 * r], dv_acc[mt][dt][2 * r + 1]);
+            }
         }
-    }
 }
 
 // Kernel 3: dQ = softmax_scale x the accumulated dS K, in the dtype at dq's strides, 8
@@ -1125,7 +1245,7 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_convert_kernel(const Bwd
         // x starts at key block x) starts past the row: causal, first_query_block grows with
         // the key block, so no later key block of that split or of the next ones sees it.
         float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
-        for (int split = 0; split < a.dq_partials && first_query_block(split * BWD_BLOCK_N, shift, p.causal) <= i / BWD_BLOCK_M; split++) {
+        for (int split = 0; split < a.dq_partials && first_query_block(split * a.block_n, shift, p.causal) <= i / BWD_BLOCK_M; split++) {
             const float4 *part = reinterpret_cast<const float4 *>(a.dq_ws + (split * rows_total + row) * D + chunk * 8);
             const float4 x = part[0], y = part[1];
             lo.x += x.x, lo.y += x.y, lo.z += x.z, lo.w += x.w;
@@ -1151,72 +1271,93 @@ static int deterministic_mode(char *why, size_t why_len)
 }
 
 static int64_t bwd_rows(const fa2_params *p) { return (int64_t)p->batch * p->heads_q * p->seqlen_q; }
-static int bwd_key_blocks(const fa2_params *p) { return (p->seqlen_k + BWD_BLOCK_N - 1) / BWD_BLOCK_N; }
+static int bwd_key_blocks(const fa2_params *p, int block_n) { return (p->seqlen_k + block_n - 1) / block_n; }
 // The deterministic mode's splits: key blocks per launch, enough that batch x kv heads x
 // splits makes about DQ_SPLIT_BLOCKS blocks (a wave of two per SM on a 132-SM H100), at
 // most MAX_DQ_SPLITS (the workspace holds that many fp32 copies of dQ) and at most the key
-// blocks. A function of the params alone, as the workspace's size must be.
+// blocks of block_n keys.
 constexpr int DQ_SPLIT_BLOCKS = 256, MAX_DQ_SPLITS = 16;
-static int bwd_dq_splits(const fa2_params *p)
+static int bwd_dq_splits(const fa2_params *p, int block_n)
 {
     const int64_t pairs = (int64_t)p->batch * p->heads_kv, want = (DQ_SPLIT_BLOCKS + pairs - 1) / pairs;
-    return (int)std::min<int64_t>(std::min<int64_t>(want, MAX_DQ_SPLITS), bwd_key_blocks(p));
+    return (int)std::min<int64_t>(std::min<int64_t>(want, MAX_DQ_SPLITS), bwd_key_blocks(p, block_n));
 }
-// dQ partials in the workspace: one per split in the deterministic mode, else one sum.
-static int64_t bwd_partials(const fa2_params *p, int deterministic) { return deterministic == 1 ? bwd_dq_splits(p) : 1; }
+// dQ partials the workspace holds: one per split of the smallest key block in the
+// deterministic mode (a wider tile has as many splits or fewer), else one sum. A function of
+// the params alone, as the workspace's size must be, whichever tile the GPU then takes.
+static int64_t bwd_workspace_partials(const fa2_params *p, int deterministic)
+{
+    return deterministic == 1 ? bwd_dq_splits(p, BWD_MIN_BLOCK_N) : 1;
+}
 
-// Blocks of fa2_bwd_kernel<T, D, STAGES> per SM, 0 when one does not fit: the runtime's
+// Blocks of fa2_bwd_kernel<T, D, C, STAGES> per SM, 0 when one does not fit: the runtime's
 // occupancy query on the GPU, the same rules by arithmetic under FA2_EMULATE (as step
 // 07's fit_of).
-template <typename T, int D, int STAGES>
+template <typename T, int D, typename C, int STAGES>
 static int bwd_blocks_per_sm(const fa2_limits *l)
 {
-    constexpr int smem_bytes = bwd_smem_bytes<D, STAGES>();
+    constexpr int smem_bytes = bwd_smem_bytes<C, D, STAGES>();
     if (smem_bytes > l->smem_per_block) return 0;
     int blocks = 0;
     if (!l->preset) {
-        if (cudaFuncSetAttribute(fa2_bwd_kernel<T, D, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) == cudaSuccess &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fa2_bwd_kernel<T, D, STAGES>, BWD_THREADS, smem_bytes) == cudaSuccess)
+        if (cudaFuncSetAttribute(fa2_bwd_kernel<T, D, C, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, fa2_bwd_kernel<T, D, C, STAGES>, C::THREADS, smem_bytes) == cudaSuccess)
             return blocks;
         cudaGetLastError();  // leave no error behind; the arithmetic answers instead
     }
     cudaFuncAttributes attr;
     int regs = 255;
-    if (cudaFuncGetAttributes(&attr, fa2_bwd_kernel<T, D, STAGES>) == cudaSuccess) regs = attr.numRegs;
+    if (cudaFuncGetAttributes(&attr, fa2_bwd_kernel<T, D, C, STAGES>) == cudaSuccess) regs = attr.numRegs;
     else cudaGetLastError();
-    return fa2_limits_blocks_per_sm(l, BWD_THREADS, regs, smem_bytes);
+    return fa2_limits_blocks_per_sm(l, C::THREADS, regs, smem_bytes);
 }
 
-// Q_i and dO_i double-buffered (step i + 1 loads under step i's math) unless one buffer
-// lets more blocks share an SM: at d128 two stages take 104 KB, one 72 KB, so a 164 KB
-// A100 SM holds one block of the first and two of the second, and a 99 KB block (8.6,
-// 8.9, 12.x) gets only the second. 0 when neither fits.
-template <typename T, int D>
-static int choose_stages(const fa2_limits *l)
-{
-    const int two = bwd_blocks_per_sm<T, D, 2>(l), one = bwd_blocks_per_sm<T, D, 1>(l);
-    if (two > 0 && two >= one) return 2;
-    return one > 0 ? 1 : 0;
-}
-
-template <typename T, int D, int STAGES>
+template <typename T, int D, typename C, int STAGES>
 static int launch_bwd_main(BwdArgs a, cudaStream_t stream)
 {
-    constexpr int smem_bytes = bwd_smem_bytes<D, STAGES>();
-    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_bwd_kernel<T, D, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    constexpr int smem_bytes = bwd_smem_bytes<C, D, STAGES>();
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_bwd_kernel<T, D, C, STAGES>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     const fa2_params &p = a.p.fwd;
     // Key blocks in x (up to 2^31 - 1; deterministic, S of them per launch, in order),
     // kv heads and batch in y and z, one launch per 65,535 x 65,535 of them; the kernel
     // adds n_block0, head_kv0 and batch0 to its block index.
-    const int n_blocks = bwd_key_blocks(&p), per_launch = a.deterministic ? a.dq_partials : n_blocks;
+    const int n_blocks = bwd_key_blocks(&p, C::BLOCK_N), per_launch = a.deterministic ? a.dq_partials : n_blocks;
     for (int n0 = 0; n0 < n_blocks; n0 += per_launch)
         for (int b0 = 0; b0 < p.batch; b0 += FA2_GRID_YZ_MAX)
             for (int h0 = 0; h0 < p.heads_kv; h0 += FA2_GRID_YZ_MAX) {
                 a.n_block0 = n0, a.batch0 = b0, a.head_kv0 = h0;
                 dim3 grid(min(per_launch, n_blocks - n0), min(FA2_GRID_YZ_MAX, p.heads_kv - h0), min(FA2_GRID_YZ_MAX, p.batch - b0));
-                fa2_bwd_kernel<T, D, STAGES><<<grid, BWD_THREADS, smem_bytes, stream>>>(a);
+                fa2_bwd_kernel<T, D, C, STAGES><<<grid, C::THREADS, smem_bytes, stream>>>(a);
                 FA2_CUDA_TRY(cudaGetLastError());
             }
+    return FA2_OK;
+}
+
+// The tile: the wide one, Q and dO double-buffered (step i + 1 loads under step i's math),
+// wherever it fits (160 KB at d128: A100, H100, H200; 96 KB at d64: every GPU here); else the
+// narrow one with one buffer (80 KB at d128: the 99 KB GPUs, where two would take 112 KB).
+template <typename T, int D>
+static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
+{
+    const fa2_params &p = a.p.fwd;
+    const bool wide = bwd_blocks_per_sm<T, D, BwdWide, 2>(l) > 0;
+    if (!wide && bwd_blocks_per_sm<T, D, BwdNarrow, 1>(l) == 0)
+        return fa2_fail("launch_bwd_tile", "no backward tile fits the GPU's shared memory per block");
+    a.block_n = wide ? BwdWide::BLOCK_N : BwdNarrow::BLOCK_N;
+    a.dq_partials = a.deterministic ? bwd_dq_splits(&p, a.block_n) : 1;
+    // D after the partials the workspace holds, however many of them this tile uses.
+    a.d_ws = a.dq_ws + bwd_workspace_partials(&p, a.deterministic) * bwd_rows(&p) * D;
+    // The row kernels stride over the rows' 16-byte chunks: at most one wave of resident
+    // threads, so a long problem reuses them rather than queueing blocks.
+    const int64_t chunks = bwd_rows(&p) * (D / 8);
+    const int64_t wave = (int64_t)l->sm_count * (l->threads_per_sm / BWD_PREP_THREADS);
+    const int row_grid = (int)std::min((chunks + BWD_PREP_THREADS - 1) / BWD_PREP_THREADS, wave);
+    bwd_prep_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
+    FA2_CUDA_TRY(cudaGetLastError());
+    const int rc = wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream) : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
+    if (rc != FA2_OK) return rc;
+    bwd_convert_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
+    FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
 
@@ -1226,27 +1367,12 @@ static int launch_backward(const fa2_bwd_params *p, int deterministic, cudaStrea
     fa2_limits l;
     char why[256];
     if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
-    const int stages = choose_stages<T, D>(&l);
-    if (stages == 0) return fa2_fail("choose_stages", "no backward tile fits the GPU's shared memory per block");
     BwdArgs a;
     a.p = *p;
     a.dq_ws = (float *)p->fwd.workspace;
-    a.d_ws = a.dq_ws + bwd_partials(&p->fwd, deterministic) * bwd_rows(&p->fwd) * D;
     a.batch0 = a.head_kv0 = a.n_block0 = 0;
     a.deterministic = deterministic;
-    a.dq_partials = (int)bwd_partials(&p->fwd, deterministic);
-    // The row kernels stride over the rows' 16-byte chunks: at most one wave of resident
-    // threads, so a long problem reuses them rather than queueing blocks.
-    const int64_t chunks = bwd_rows(&p->fwd) * (D / 8);
-    const int64_t wave = (int64_t)l.sm_count * (l.threads_per_sm / BWD_PREP_THREADS);
-    const int row_grid = (int)std::min((chunks + BWD_PREP_THREADS - 1) / BWD_PREP_THREADS, wave);
-    bwd_prep_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
-    FA2_CUDA_TRY(cudaGetLastError());
-    const int rc = stages == 2 ? launch_bwd_main<T, D, 2>(a, stream) : launch_bwd_main<T, D, 1>(a, stream);
-    if (rc != FA2_OK) return rc;
-    bwd_convert_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
-    FA2_CUDA_TRY(cudaGetLastError());
-    return FA2_OK;
+    return launch_bwd_tile<T, D>(a, &l, stream);
 }
 
 // dQ's fp32 accumulator (one per split in the deterministic mode) and D, both per
@@ -1254,7 +1380,7 @@ static int launch_backward(const fa2_bwd_params *p, int deterministic, cudaStrea
 extern "C" size_t fa2_backward_workspace_size(const fa2_bwd_params *p)
 {
     if (!fa2_validate_params(&p->fwd, NULL, 0)) return 0;
-    const uint64_t floats_per_row = (uint64_t)bwd_partials(&p->fwd, deterministic_mode(NULL, 0)) * p->fwd.head_dim + 1;
+    const uint64_t floats_per_row = (uint64_t)bwd_workspace_partials(&p->fwd, deterministic_mode(NULL, 0)) * p->fwd.head_dim + 1;
     uint64_t bytes;
     if (__builtin_mul_overflow(floats_per_row, (uint64_t)bwd_rows(&p->fwd) * sizeof(float), &bytes) || bytes > SIZE_MAX) return SIZE_MAX;
     return (size_t)bytes;
@@ -1268,7 +1394,7 @@ extern "C" int fa2_backward_supports(const fa2_bwd_params *p, char *why, size_t 
     if (!fa2_supports(&p->fwd, why, why_len)) return 0;
     if (!fa2_validate_bwd_alignment(p, 16, "16-byte loads and stores", why, why_len)) return 0;
     if (deterministic_mode(why, why_len) < 0) return 0;
-    const int least = p->fwd.head_dim == 64 ? bwd_smem_bytes<64, 1>() : bwd_smem_bytes<128, 1>();
+    const int least = p->fwd.head_dim == 64 ? bwd_smem_bytes<BwdNarrow, 64, 1>() : bwd_smem_bytes<BwdNarrow, 128, 1>();
     char what[48];
     snprintf(what, sizeof what, "the backward at head_dim %d", p->fwd.head_dim);
     if (!fa2_limits_check_smem(least, what, why, why_len)) return 0;
