@@ -956,7 +956,7 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
     for (int s = 0; s < 2; s++)
         for (int d = 64; d <= 128; d += 64) {
             const int32_t lens[8] = {4097, 4000, 2049, 3001, 17, 4096, 129, 1000};
-            test_case c = kv_case(16, 16, 8, 1 + s, 4097, d, s, (fa2_dtype)(d == 128), 16 << s, lens);
+            test_case c = kv_case(16, 16, 8, 1 + s, 4097, d, s, (fa2_dtype)(d == 128), 16 << s, LENS(lens));
             c.kv_pad = s;
             run_case(steps, nsteps, &c);
         }
