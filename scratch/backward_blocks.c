@@ -442,22 +442,26 @@ static void run_checks(void)
     }
     /* the kernel's loops, per warp and step (the header of steps/14_backward/kernel.cu quotes the
      * wide tile's at d128): the narrow tile's warp tiles are the wide one's, its dQ twice as wide */
-    set_tile(128);
-    const warp_cost w128 = cost_of(128), w64 = cost_of(64);
-    check(w128.mma == 320 && w128.ldsm == 144 && w128.sts == 32 && w128.red == 32 && w64.mma == 160 && w64.ldsm == 88 &&
-              w64.sts == 32 && w64.red == 16,
-          "backward_blocks: per warp and step of the wide tile (64 x 128, 8 warps), 320 mma.sync, 144 ldmatrix.x4, 32 "
-          "stores of P and dS, 32 red.global.add.f32 per lane at d128; 160, 88, 32, 16 at d64 (the kernel's loops)",
-          "d128 %d, %d, %d, %d; d64 %d, %d, %d, %d", w128.mma, w128.ldsm, w128.sts, w128.red, w64.mma, w64.ldsm, w64.sts,
-          w64.red);
-    set_tile(64);
-    const warp_cost n128 = cost_of(128), n64 = cost_of(64);
-    check(n128.mma == 320 && n128.ldsm == 144 && n128.sts == 32 && n128.red == 64 && n64.mma == 160 && n64.ldsm == 80 &&
-              n64.sts == 32 && n64.red == 32,
-          "backward_blocks: per warp and step of the narrow tile (64 x 64, 4 warps), 320 mma.sync, 144 ldmatrix.x4, 32 "
-          "stores of P and dS, 64 red.global.add.f32 per lane at d128; 160, 80, 32, 32 at d64 (the kernel's loops)",
-          "d128 %d, %d, %d, %d; d64 %d, %d, %d, %d", n128.mma, n128.ldsm, n128.sts, n128.red, n64.mma, n64.ldsm, n64.sts,
-          n64.red);
+    static const struct {
+        int block_n;
+        const char *tile;
+        int d128[4], d64[4];  /* mma.sync, ldmatrix.x4, stores of P and dS, red.global.add.f32 per lane */
+    } loops[] = {{128, "the wide tile (64 x 128, 8 warps)", {320, 144, 32, 32}, {160, 88, 32, 16}},
+                 {64, "the narrow tile (64 x 64, 4 warps)", {320, 144, 32, 64}, {160, 80, 32, 32}}};
+    for (size_t i = 0; i < sizeof loops / sizeof *loops; i++) {
+        set_tile(loops[i].block_n);
+        const warp_cost c128 = cost_of(128), c64 = cost_of(64);
+        const int *x = loops[i].d128, *y = loops[i].d64;
+        char name[300];
+        snprintf(name, sizeof name,
+                 "backward_blocks: per warp and step of %s, %d mma.sync, %d ldmatrix.x4, %d stores of P and dS, %d "
+                 "red.global.add.f32 per lane at d128; %d, %d, %d, %d at d64 (the kernel's loops)",
+                 loops[i].tile, x[0], x[1], x[2], x[3], y[0], y[1], y[2], y[3]);
+        check(c128.mma == x[0] && c128.ldsm == x[1] && c128.sts == x[2] && c128.red == x[3] && c64.mma == y[0] &&
+                  c64.ldsm == y[1] && c64.sts == y[2] && c64.red == y[3],
+              name, "d128 %d, %d, %d, %d; d64 %d, %d, %d, %d", c128.mma, c128.ldsm, c128.sts, c128.red, c64.mma,
+              c64.ldsm, c64.sts, c64.red);
+    }
 }
 
 int main(int argc, char **argv)

@@ -57,6 +57,21 @@ def mma(c, a, b0, b1):
             r = g + 8 * (e // 2); n = 2 * t + (e & 1)
             c[l][e] += sum(A[r][k] * B[k][n] for k in range(16))
 
+def mma_x4(acc, nt, a, bf):
+    # an ldmatrix.x4 B fragment holds two n-tiles: acc[nt] and acc[nt + 1] += a x each
+    mma(acc[nt], a, [x[0] for x in bf], [x[1] for x in bf])
+    mma(acc[nt + 1], a, [x[2] for x in bf], [x[3] for x in bf])
+
+def scatter(out, acc, r0, c0):
+    # a warp tile's C fragments acc[m-tile][n-tile][lane][4] into out at (r0, c0), each element once
+    for mt in range(len(acc)):
+        for nt in range(len(acc[mt])):
+            for l in range(32):
+                g, t = l // 4, l % 4
+                for e in range(4):
+                    r = r0 + mt * 16 + g + 8 * (e // 2); c = c0 + nt * 8 + 2 * t + (e & 1)
+                    assert out[r][c] is None; out[r][c] = acc[mt][nt][l][e]
+
 class LaneRows:
     def __init__(s, cols, row, chunk0, half, span):
         assert span & (span - 1) == 0 and chunk0 % span == 0
@@ -92,15 +107,8 @@ def run(WARPS, BLOCK_N, D):
                 for nt in range(0, 4, 2):
                     bf = ldsm(sm, [kb[l].at(B_s, nt * 8, 2 * kk) for l in range(32)], False)
                     for mt in range(2):
-                        mma(acc[mt][nt], af[mt], [x[0] for x in bf], [x[1] for x in bf])
-                        mma(acc[mt][nt + 1], af[mt], [x[2] for x in bf], [x[3] for x in bf])
-            for mt in range(2):
-                for nt in range(4):
-                    for l in range(32):
-                        g, t = l // 4, l % 4
-                        for e in range(4):
-                            r = sdp_q0 + mt * 16 + g + 8 * (e // 2); c = sdp_k0 + nt * 8 + 2 * t + (e & 1)
-                            assert out[r][c] is None; out[r][c] = acc[mt][nt][l][e]
+                        mma_x4(acc[mt], nt, af[mt], bf)
+            scatter(out, acc, sdp_q0, sdp_k0)
             # store_scores for P (= S here) and dS (= dP here): swizzled [BLOCK_M][BLOCK_N]
             tile = p_s if out is S else ds_s
             for mt in range(2):
@@ -138,15 +146,8 @@ def run(WARPS, BLOCK_N, D):
                 for dt in range(0, KV_COLS // 8, 2):
                     bf = ldsm(sm, [qbt[l].at(qq_s, j * 16, dt) for l in range(32)], True)
                     for mt in range(2):
-                        mma(acc[mt][dt], af[mt], [x[0] for x in bf], [x[1] for x in bf])
-                        mma(acc[mt][dt + 1], af[mt], [x[2] for x in bf], [x[3] for x in bf])
-            for mt in range(2):
-                for dt in range(KV_COLS // 8):
-                    for l in range(32):
-                        g, t = l // 4, l % 4
-                        for e in range(4):
-                            r = kv_k0 + mt * 16 + g + 8 * (e // 2); c = kv_d0 + dt * 8 + 2 * t + (e & 1)
-                            assert out[r][c] is None; out[r][c] = acc[mt][dt][l][e]
+                        mma_x4(acc[mt], dt, af[mt], bf)
+            scatter(out, acc, kv_k0, kv_d0)
         for col0 in range(0, Q_COLS, Q_CHUNK):
             acc = [[[[0] * 4 for _ in range(32)] for _ in range(Q_CHUNK // 8)] for _ in range(2)]
             for kj in range(BLOCK_N // 16):
@@ -154,15 +155,8 @@ def run(WARPS, BLOCK_N, D):
                 for dt in range(0, Q_CHUNK // 8, 2):
                     bf = ldsm(sm, [kbt[l].at(k_s, kj * 16, col0 // 8 + dt) for l in range(32)], True)
                     for mt in range(2):
-                        mma(acc[mt][dt], af[mt], [x[0] for x in bf], [x[1] for x in bf])
-                        mma(acc[mt][dt + 1], af[mt], [x[2] for x in bf], [x[3] for x in bf])
-            for mt in range(2):
-                for dt in range(Q_CHUNK // 8):
-                    for l in range(32):
-                        g, t = l // 4, l % 4
-                        for e in range(4):
-                            r = dq_q0 + mt * 16 + g + 8 * (e // 2); c = dq_d0 + col0 + dt * 8 + 2 * t + (e & 1)
-                            assert dQ[r][c] is None; dQ[r][c] = acc[mt][dt][l][e]
+                        mma_x4(acc[mt], dt, af[mt], bf)
+            scatter(dQ, acc, dq_q0, dq_d0 + col0)
     assert dV == mm(T(S), dO, BLOCK_N, D, BLOCK_M), "dV"
     assert dK == mm(T(dP), Q, BLOCK_N, D, BLOCK_M), "dK"
     assert dQ == mm(dP, K, BLOCK_M, D, BLOCK_N), "dQ"
