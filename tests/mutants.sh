@@ -39,7 +39,7 @@ mutants=(
   "13|page_ring_a_tile_late|next_page = page_of(nn + 2);|next_page = page_of(nn + 1);"
   "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
   "13|merge_counts_grid_splits|last = atomicAdd(counter, 1) == splits - 1;|last = atomicAdd(counter, 1) == grid_splits - 1;"
-  "13|balanced_last_range_dropped|const bool last = rest != 0 || n_tiles == 0;|const bool last = n_tiles == 0;"
+  "13|balanced_last_range_dropped|const bool last = rest != 0|const bool last = rest < 0"
   "13|queue_not_reset|*next_item = 0;|(void)next_item;"
   "13|queue_group_search_off_by_one|if (qs.starts[k][mid] <= j) lo = mid;|if (qs.starts[k][mid] < j) lo = mid;"
   "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
@@ -56,6 +56,7 @@ make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
 libs=()
 mkdir -p build/mutants  # as deep as the step's own file: its #include "../../common/..." still resolve
 for m in "${mutants[@]}"; do
+  [ "$(tr -cd '|' <<<"$m" | wc -c)" = 3 ] || { echo "FAIL mutant line '$m': its texts hold a '|' (allowed: none, '|' separates the fields)"; exit 1; }
   IFS='|' read -r step mutant from to <<<"$m"
   src=$(ls steps/${step}_*/kernel.cu)
   name=$(basename "$(dirname "$src")")
