@@ -85,9 +85,10 @@ typedef struct {
      * sits in the timed path and two calls on two streams need two workspaces.
      * The caller zero-fills it once, when it allocates it, and afterwards leaves it
      * to the step's calls: its first fa2_workspace_counter_bytes(p) bytes are
-     * counters (one int32 per row of LSE) that a step may count in, and a step that
-     * counts there leaves them zero again at the end of every call it completes, so
-     * every call begins as the first did, with no memset of its own. The rest a step
+     * counters (one int32 per row of LSE, and four for the call) that a step may
+     * count in, and a step that counts there leaves them zero again at the end of
+     * every call it completes, so every call begins as the first did, with no
+     * memset of its own. The rest a step
      * writes before it reads: it may hold anything (a test fills it with NaN). The
      * backward's workspace (fa2_backward_workspace_size) has no counters: it may
      * hold anything when a call begins. */
@@ -147,11 +148,12 @@ size_t fa2_workspace_size(const fa2_params *p);
 
 /* The counters at the start of a forward's workspace (the workspace field says how
  * they are kept): one int32 per row of LSE, batch x heads_q x seqlen_q, rounded up to
- * 16 bytes so what follows them stays 16-byte aligned. fa2_workspace_size includes them
- * in the size of every step that needs a workspace. */
+ * 16 bytes, then 16 bytes of counters for the whole call (step 13's work queue), so what
+ * follows them stays 16-byte aligned. fa2_workspace_size includes them in the size of
+ * every step that needs a workspace. */
 static inline size_t fa2_workspace_counter_bytes(const fa2_params *p)
 {
-    return ((size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q * sizeof(int32_t) + 15) / 16 * 16;
+    return ((size_t)p->batch * (size_t)p->heads_q * (size_t)p->seqlen_q * sizeof(int32_t) + 15) / 16 * 16 + 16;
 }
 
 /* The tile configuration fa2_forward would launch for these params on the

@@ -204,7 +204,7 @@ int main(int argc, char **argv)
     } else {
         snprintf(dev.name, sizeof dev.name, "CPU");
     }
-    char config[160];
+    char config[256];
     if (fa2_config(&probe, config, sizeof config) < 0) {
         fprintf(stderr, "error: step %s: no configuration for these params: %s\n", fa2_name(), config);
         return FA2_EXIT_RUNTIME;

@@ -21,10 +21,12 @@
  *     with Nq > 1, peaky scores and NaN in a K row or V element of one key range;
  *   - a KV cache (fa2.h): lengths per sequence mixed in one batch (0, 1, a page
  *     boundary -1/0/+1, one near a 128-key boundary, the longest), K and V in pages
- *     of 16, 64 and 256 keys shuffled through the pool (fa2_problem_page), block table
+ *     of 16, 32, 64 and 256 keys shuffled through the pool (fa2_problem_page), blocks
+ *     that run many key tiles of small pages, block table
  *     rows and pages padded past their minimum strides, pages without per-sequence
  *     lengths, lengths on dense K and V, NaN in a sequence's K row and V element,
- *     Nq 1 to 4 causal and not, GQA and MQA, batch 70,000 (a second launch, whose
+ *     Nq 1 to 4 causal and not, GQA and MQA, batches of 100 and 2048 uneven lengths
+ *     (more key ranges than blocks of a wave), batch 70,000 (a second launch, whose
  *     sequences have lengths, table rows and pages of their own), and two 99 KB
  *     presets. Every row no key of a sequence occupies holds NaN (unowned pages, a
  *     last page's tail, dense rows past a length, table entries past a sequence's
@@ -63,7 +65,7 @@ typedef struct {
     step_abi abi;
     unsigned reached; /* bit i: configuration i ran in a passing case */
     double o_worst, lse_worst; /* the largest error over all cases, in units of its tolerance */
-    char o_worst_case[256], lse_worst_case[256];
+    char o_worst_case[512], lse_worst_case[512];
     int kv_taken, kv_refused; /* KV-cache cases it ran, and refused in one line naming the field */
 } step_lib;
 
@@ -71,7 +73,7 @@ typedef enum { DENSE, PACKED_QKV, BHSD, PADDED, ODD_STRIDES, OFFSET_BASES } layo
 static const char *const layout_names[] = {"", "packed-qkv", "[b,h,s,d]", "padded rows, non-dense O",
                                            "strides not multiples of 8", "bases 2 bytes off 16-byte alignment"};
 
-enum { KV_MAX_BATCH = 8 }; /* sequences of a KV-cache case */
+enum { KV_MAX_BATCH = 32 }; /* lengths a KV-cache case lists */
 
 typedef struct {
     int batch, hq, hkv, nq, nk, d, causal;
@@ -86,10 +88,10 @@ typedef struct {
     const char *preset; /* FA2_EMULATE for this case (NULL: this GPU's own limits) */
     int rescale_probe; /* the inputs must move some row's running max by > 2^8 after its first key tile */
     /* A KV cache (fa2.h): seqlens_k from lens when seqlens is set (sequence b has
-     * lens[b % KV_MAX_BATCH] keys: a batch past KV_MAX_BATCH repeats them), K and V in shuffled pages of page_size keys when that is not 0; kv_pad
+     * lens[b % n_lens] keys: a batch past n_lens repeats them), K and V in shuffled pages of page_size keys when that is not 0; kv_pad
      * pads the block table's rows (3 entries) and the pool's pages (64 elements) with NaN
      * and unowned pages, so a step must read block_table_batch_stride and k/v_batch_stride. */
-    int seqlens, page_size, kv_pad;
+    int seqlens, n_lens, page_size, kv_pad;
     int32_t lens[KV_MAX_BATCH];
     int deterministic; /* the backward's cases: FA2_DETERMINISTIC=1 (and the same bits twice) */
 } test_case;
@@ -229,9 +231,9 @@ static void case_name(char *name, size_t len, const test_case *c, const fa2_para
     if (c->no_lse) n += snprintf(name + n, len - n, " lse=NULL");
     if (c->on_stream) n += snprintf(name + n, len - n, " non-default stream");
     if (c->page_size) n += snprintf(name + n, len - n, " pages of %d%s", c->page_size, c->kv_pad ? " (table rows and pages padded)" : "");
-    for (int b = 0; c->seqlens && b < c->batch && b < KV_MAX_BATCH; b++)
+    for (int b = 0; c->seqlens && b < c->batch && b < c->n_lens; b++)
         n += snprintf(name + n, len - n, "%s%d", b ? "," : " lengths ", c->lens[b]);
-    if (c->seqlens && c->batch > KV_MAX_BATCH) n += snprintf(name + n, len - n, ", ... (repeating)");
+    if (c->seqlens && c->batch > c->n_lens) n += snprintf(name + n, len - n, ", ... (repeating)");
     if (c->deterministic) n += snprintf(name + n, len - n, " FA2_DETERMINISTIC=1");
     if (c->preset) snprintf(name + n, len - n, " as %s", c->preset);
 }
@@ -416,11 +418,11 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     int32_t *lens = NULL; /* host memory: fa2_problem_make copies it */
     if (c->seqlens) {
         lens = fa2_xmalloc(sizeof(int32_t) * (size_t)p.batch, "the sequence lengths");
-        for (int b = 0; b < p.batch; b++) lens[b] = c->lens[b % KV_MAX_BATCH];
+        for (int b = 0; b < p.batch; b++) lens[b] = c->lens[b % c->n_lens];
     }
     p.seqlens_k = lens;
     const int kv_cache = c->seqlens || c->page_size;
-    char name[256], why[512], config[256];
+    char name[512], why[512], config[256];
     case_name(name, sizeof name, c, &p);
     /* Every step reads FA2_EMULATE at each call (common/device_limits.h), so one process can
      * take each case under another GPU's limits. */
@@ -746,7 +748,7 @@ static void run_bwd_case(step_lib *steps, int nsteps, const test_case *c)
     p.batch = c->batch, p.heads_q = c->hq, p.heads_kv = c->hkv, p.seqlen_q = c->nq, p.seqlen_k = c->nk;
     p.head_dim = c->d, p.causal = c->causal, p.dtype = c->t;
     p.softmax_scale = c->softmax_scale ? c->softmax_scale : 1.0f / sqrtf((float)c->d);
-    char name[256], why[512];
+    char name[512], why[512];
     case_name(name, sizeof name, c, &p);
     if (c->preset) setenv("FA2_EMULATE", c->preset, 1);
     else unsetenv("FA2_EMULATE");
@@ -902,15 +904,17 @@ static test_case config_case(int sm_count, int large, int d, int causal, fa2_dty
 /* ---- the KV cache -------------------------------------------------------------------------- */
 
 /* A case with a KV cache: K and V in shuffled pages of page_size keys (0: dense), and
- * lengths per sequence from lens (NULL: every sequence has nk keys). */
+ * lengths per sequence from the n_lens of lens, repeated past them (NULL: every sequence
+ * has nk keys). LENS(a) passes an array and its count. */
+#define LENS(a) (a), (int)(sizeof(a) / sizeof *(a))
 static test_case kv_case(int batch, int hq, int hkv, int nq, int nk, int d, int causal, fa2_dtype t, int page_size,
-                         const int32_t *lens)
+                         const int32_t *lens, int n_lens)
 {
     test_case c = shape(batch, hq, hkv, nq, nk, d, causal, t);
     c.page_size = page_size;
     if (lens) {
-        c.seqlens = 1;
-        memcpy(c.lens, lens, sizeof(int32_t) * (size_t)(batch < KV_MAX_BATCH ? batch : KV_MAX_BATCH));
+        c.seqlens = 1, c.n_lens = n_lens < KV_MAX_BATCH ? n_lens : KV_MAX_BATCH;
+        memcpy(c.lens, lens, sizeof(int32_t) * (size_t)c.n_lens);
     }
     return c;
 }
@@ -933,7 +937,7 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
                 const int ps = page_sizes[s], nk = nq % 2 ? 3001 : 4099;
                 const int32_t lens[7] = {0, 1, ps - 1, ps, ps + 1, 128 * (8 + nq) + nq - 2, nk};
                 const int hq = nq % 2 ? 8 : nq == 2 ? 8 : 32, hkv = nq % 2 ? 2 : 1;
-                test_case c = kv_case(7, hq, hkv, nq, nk, (nq + s) % 2 ? 64 : 128, (nq + t) % 2 == 0, (fa2_dtype)t, ps, lens);
+                test_case c = kv_case(7, hq, hkv, nq, nk, (nq + s) % 2 ? 64 : 128, (nq + t) % 2 == 0, (fa2_dtype)t, ps, LENS(lens));
                 c.kv_pad = (s + t + nq) % 2;
                 run_case(steps, nsteps, &c);
             }
@@ -941,8 +945,19 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
      * tail of one key (2049 = 2048 + 1) whose other rows hold NaN. */
     for (int s = 0; s < 3; s++)
         for (int t = 0; t < 2; t++) {
-            test_case c = kv_case(3, 8, 2, 1 + s, 2049, (s + t) % 2 ? 64 : 128, s != 1, (fa2_dtype)t, page_sizes[s], NULL);
+            test_case c = kv_case(3, 8, 2, 1 + s, 2049, (s + t) % 2 ? 64 : 128, s != 1, (fa2_dtype)t, page_sizes[s], NULL, 0);
             c.kv_pad = t;
+            run_case(steps, nsteps, &c);
+        }
+    /* Pages of 16 and 32 keys with many key tiles per block: 16 sequences x 8 kv heads are
+     * about a wave of blocks, so a block takes few splits and each one's copies go round
+     * step 13's ring of page addresses (one slot per K/V stage) many times; lengths that
+     * end mid-page and mid-tile, one of a single page and a bit. */
+    for (int s = 0; s < 2; s++)
+        for (int d = 64; d <= 128; d += 64) {
+            const int32_t lens[8] = {4097, 4000, 2049, 3001, 17, 4096, 129, 1000};
+            test_case c = kv_case(16, 16, 8, 1 + s, 4097, d, s, (fa2_dtype)(d == 128), 16 << s, LENS(lens));
+            c.kv_pad = s;
             run_case(steps, nsteps, &c);
         }
     /* Lengths on dense K and V (their rows past a length hold NaN): around both tile sizes'
@@ -950,18 +965,60 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
     for (int t = 0; t < 2; t++)
         for (int d = 64; d <= 128; d += 64) {
             const int32_t lens[8] = {0, 1, 63, 64, 65, 128, 129, 2500};
-            test_case c = kv_case(8, d == 64 ? 8 : 32, d == 64 ? 2 : 1, d == 64 ? 1 : 4, 2500, d, d == 128, (fa2_dtype)t, 0, lens);
+            test_case c = kv_case(8, d == 64 ? 8 : 32, d == 64 ? 2 : 1, d == 64 ? 1 : 4, 2500, d, d == 128, (fa2_dtype)t, 0, LENS(lens));
             run_case(steps, nsteps, &c);
         }
+    /* Very uneven lengths, from which step 13 sizes its splits on the GPU: 32 sequences spread
+     * geometrically from 1 to 4096 keys in no order (two of them 0, the longest in the middle,
+     * 128 and 129 around a tile boundary), and three of 1, 5000 and 17. The long sequence's
+     * tiles take many splits (14 to 27 of the 5000), the shortest ones one, and those between
+     * counts between, below the grid's (a merge must wait for its tile's own count) and with a
+     * last range shorter than the others. Nq 1 to 4, causal on alternate Nq (the other half
+     * for bf16), GQA 4 and MQA, dense and in pages of 16 (tiles cross pages) and 64. Then a
+     * uniform batch given as lengths: the host's split count and ranges, found on the GPU. */
+    static const int32_t spread[32] = {0,    3,    1,   7,    2,   17,   5,    41,  12, 99, 29,  240, 70,  4096, 169, 580,
+                                       410, 1400, 990, 3380, 2400, 0,   1,    2,   4,  9,  22,  53,  128, 129,  700, 1700};
+    static const int32_t one_long[3] = {1, 5000, 17};
+    for (int t = 0; t < 2; t++)
+        for (int nq = 1; nq <= 4; nq++) {
+            const int causal = (nq + t) % 2 == 0, d = (nq + t) % 2 ? 128 : 64;
+            test_case c = kv_case(32, nq % 2 ? 8 : 32, nq % 2 ? 2 : 1, nq, 4096, d, causal, (fa2_dtype)t, nq == 2 ? 16 : nq == 4 ? 64 : 0,
+                                  LENS(spread));
+            run_case(steps, nsteps, &c);
+            c = kv_case(3, nq % 2 ? 32 : 8, nq % 2 ? 8 : 1, nq, 5000, 192 - d, !causal, (fa2_dtype)t, nq == 3 ? 16 : 0, LENS(one_long));
+            run_case(steps, nsteps, &c);
+        }
+    {
+        static const int32_t uniform[4] = {5000, 5000, 5000, 5000};
+        test_case c = kv_case(4, 32, 8, 1, 5000, 128, 0, FA2_BF16, 0, LENS(uniform));
+        run_case(steps, nsteps, &c);
+    }
+    /* Step 13's work queue (lengths and splits: one wave of blocks takes the key ranges as
+     * items) past one group of 32 (sequence, query tile) pairs and with many more items than
+     * blocks: 2048 sequences of up to 1500 keys, one kv head (2048 pairs, the most a launch with
+     * splits may have: 64 groups; 2048 items or more for at most a wave of blocks), in pages
+     * of 64; and 100 sequences whose longest (9000, 7000, 8191 keys) split many ways, two query
+     * tiles each (GQA 8, Nq 3, causal: the tiles see different keys), 200 pairs in 7 groups,
+     * in pages of 16. */
+    {
+        static const int32_t many[32] = {1500, 0,   1,   700, 129, 33,   1024, 5,   260, 1300, 64,   17,  900, 2,   450, 128,
+                                         1100, 77,  9,   600, 1499, 3,   350,  16,  800, 40,  1200, 250, 127, 0,   550, 1025};
+        test_case c = kv_case(2048, 8, 1, 1, 1500, 64, 0, FA2_FP16, 64, LENS(many));
+        run_case(steps, nsteps, &c);
+        static const int32_t few_long[32] = {9000, 1,  17, 300, 0,    129, 2000, 45, 640,  5,  128, 7000, 3,   999, 256,  60,
+                                             1,    4500, 77, 2,  1023, 33,  8,    3100, 0, 190, 12,  510,  64,  1500, 27, 8191};
+        c = kv_case(100, 16, 2, 3, 9000, 128, 1, FA2_BF16, 16, LENS(few_long));
+        run_case(steps, nsteps, &c);
+    }
     /* NaN in a sequence's own K row (its last key: the last page) and V element (mid-
      * sequence), through pages: the NaN reaches the rows that see it, and only through
      * the page the table names. */
     for (int t = 0; t < 2; t++) {
         const int32_t lens[3] = {3000, 5, 0};
-        test_case c = kv_case(3, 8, 2, 2, 3000, 64 << t, 1, (fa2_dtype)t, 64, lens);
+        test_case c = kv_case(3, 8, 2, 2, 3000, 64 << t, 1, (fa2_dtype)t, 64, LENS(lens));
         c.nan = NAN_K_ROW, c.nan_row = 2999;
         run_case(steps, nsteps, &c);
-        c = kv_case(3, 8, 1, 1, 3000, 128 >> t, 0, (fa2_dtype)t, 16, lens);
+        c = kv_case(3, 8, 1, 1, 3000, 128 >> t, 0, (fa2_dtype)t, 16, LENS(lens));
         c.nan = NAN_V_ELEMENT, c.nan_row = 1500, c.nan_col = 9;
         run_case(steps, nsteps, &c);
     }
@@ -970,11 +1027,11 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
      * pages (sequence 65,535 + b has length lens[(b + 7) % 8], not lens[b]). */
     {
         const int32_t lens[8] = {0, 17, 1, 16, 15, 3, 32, 33};
-        test_case c = kv_case(70000, 2, 1, 1, 33, 64, 0, FA2_BF16, 16, lens);
+        test_case c = kv_case(70000, 2, 1, 1, 33, 64, 0, FA2_BF16, 16, LENS(lens));
         run_case(steps, nsteps, &c);
     }
     /* A GPU whose blocks get 99 KB of shared memory (step 13's small layout: 64-key tiles
-     * at d128, 128 at d64): pages of 16 and 256, both head dims. */
+     * at d128, 128 at d64 in 3 stages): pages of 256 at d64, of 16 at both head dims. */
     static const char *const small_presets[] = {"rtx4090", "gb10"};
     for (int t = 0; t < 2; t++) {
         setenv("FA2_EMULATE", small_presets[t], 1);
@@ -986,10 +1043,10 @@ static void kv_cache_cases(step_lib *steps, int nsteps)
             printf("SKIP the KV-cache cases as %s: %s\n", small_presets[t], why);
             continue;
         }
-        for (int d = 64; d <= 128; d += 64) {
-            const int ps = d == 64 ? 256 : 16;
+        for (int i = 0; i < 3; i++) {
+            const int d = i == 1 ? 128 : 64, ps = i == 0 ? 256 : 16;
             const int32_t lens[5] = {ps + 1, 0, 1, 4097, ps - 1};
-            test_case c = kv_case(5, 16, 2, d == 64 ? 1 : 3, 4097, d, d == 128, (fa2_dtype)t, ps, lens);
+            test_case c = kv_case(5, 16, 2, d == 64 ? 1 : 3, 4097, d, d == 128, (fa2_dtype)t, ps, LENS(lens));
             c.kv_pad = d == 128, c.preset = small_presets[t];
             run_case(steps, nsteps, &c);
         }

@@ -2,7 +2,10 @@
 # Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
 # tuned kernel; 08, its loads on TMA; 13, the split-KV decode kernel: among its bugs, a tile's
 # last block that leaves its arrival counter at `splits` (the matrix's second call on the same
-# workspace then merges nothing) and a block with an empty key range that never arrives; or
+# workspace then merges nothing), a block with an empty key range that never arrives, and with
+# per-sequence lengths a merge that waits for the most splits instead of its tile's, a tile's
+# last, shorter key range dropped, a work queue whose next item is not reset for the next
+# call, or an item looked up in the wrong group of 32 pairs (batches past 32 tiles); or
 # 14, the backward: D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's
 # second row dropped, the causal limit of dK, dV and dQ one key short) with one planted
 # bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
@@ -33,7 +36,12 @@ mutants=(
   "13|causal_first_row_only|key > row_query[e / 2] + shift|key > row_query[0] + shift"
   "13|large_layout_always|if (fits[LARGE_LAYOUT] > 0) {|if (true) {"
   "13|page_off_by_one|pages[key >> page_shift]|pages[(key >> page_shift) + 1]"
+  "13|page_ring_a_tile_late|next_page = page_of(nn + 2);|next_page = page_of(nn + 1);"
   "13|seqlens_k_ignored|const int seqlen_k = p.seqlens_k ? p.seqlens_k[b] : p.seqlen_k;|const int seqlen_k = p.seqlen_k;"
+  "13|merge_counts_grid_splits|last = atomicAdd(counter, 1) == splits - 1;|last = atomicAdd(counter, 1) == grid_splits - 1;"
+  "13|balanced_last_range_dropped|const bool last = rest != 0|const bool last = rest < 0"
+  "13|queue_not_reset|*next_item = 0;|(void)next_item;"
+  "13|queue_group_search_off_by_one|if (qs.starts[k][mid] <= j) lo = mid;|if (qs.starts[k][mid] < j) lo = mid;"
   "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
   "14|bwd_causal_off_by_one|min(p.seqlen_k - 1, row + shift)|min(p.seqlen_k - 1, row + shift - 1)"
@@ -48,6 +56,7 @@ make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
 libs=()
 mkdir -p build/mutants  # as deep as the step's own file: its #include "../../common/..." still resolve
 for m in "${mutants[@]}"; do
+  [ "$(tr -cd '|' <<<"$m" | wc -c)" = 3 ] || { echo "FAIL mutant line '$m': its texts hold a '|' (allowed: none, '|' separates the fields)"; exit 1; }
   IFS='|' read -r step mutant from to <<<"$m"
   src=$(ls steps/${step}_*/kernel.cu)
   name=$(basename "$(dirname "$src")")

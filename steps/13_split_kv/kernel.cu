@@ -35,6 +35,27 @@
  * 3. The number of splits comes from the GPU's limits (common/device_limits.h): the SM
  *    count, how many blocks fit on an SM, batch x kv heads x query tiles and the
  *    number of key tiles (choose_plan; the sweep behind it is sweep.sh).
+ *    With per-sequence lengths the work is uneven and only the GPU knows it (the lengths
+ *    are in its memory; the host would have to wait on the stream to read them). Split
+ *    by the longest length, a batch of one long and many short sequences leaves the long
+ *    one's few blocks streaming alone at the end. So every warp sums the key tiles of the
+ *    whole launch from the lengths and applies choose_plan's wave rule to that work as if
+ *    it were tiles of the longest length: one range length for the launch, and each tile
+ *    as many ranges as its keys fill (balanced_tiles_per_split). The long sequence gets
+ *    many ranges, a short one one, uniform lengths the host's count. A grid of a block per
+ *    range the workspace allows (max_splits per tile) is mostly blocks that find no range
+ *    and return, each still a pass through an SM: 3968 of 4096 at B8 Hkv8 Nk8192 given as
+ *    lengths, a third slower than without them. So one wave of blocks takes the ranges
+ *    from a queue instead (fa2_queue_kernel): an int32 counter in the workspace that each
+ *    block increments for its next item (a range of one kv head's tile) until none is
+ *    left; a block finds its item's tile by a binary search of where each group of 32
+ *    tiles' items start, which it counted from the lengths into shared memory. The queue
+ *    hands out the full ranges first, then the shorter last ones, longest first (three
+ *    classes of length, unsorted within each): each block takes an item when it finishes
+ *    one, so the blocks finish within about one item of each other, and it is the last
+ *    items taken, the shortest, that decide by how much (the longest-first rule of list
+ *    scheduling). The last block to leave resets the counter, as the last block of a
+ *    tile resets the tile's. Without lengths the grid and its code are as before.
  *
  * 4. Key tiles and K/V stages from a shared-memory budget: 128 KB where a block
  *    may have it (2 stages of 128 keys at d128, 4 at d64: one block per SM keeps
@@ -44,9 +65,10 @@
  * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
  *    read by each block for its own sequence: its key tiles, causal shift and tail) and
  *    K and V in pages through a block table (a key tile within one page is looked up
- *    once; pages of fewer keys than a tile, row by row, once for K and V). The split count
- *    still comes from seqlen_k, the longest a sequence may be, so a short sequence's
- *    blocks finish early.
+ *    once; with pages of fewer keys than a tile, each copy pass's rows share a page, whose
+ *    entry one thread per pass loads two tiles ahead: the copy reads the pass's row
+ *    addresses from shared memory and never waits on the table). Range boundaries are
+ *    whole tiles, so a tile crosses pages only where pages are smaller than tiles.
  *
  * What stays from step 07: the swizzle, ldmatrix, the cp.async pipeline (one
  * barrier per key tile; at 2 stages it is step 07's double buffer), the unmasked
@@ -273,31 +295,39 @@ struct TileCopy {
     }
 
     // The K and V copies of a tile that crosses pages (fa2.h's paged K and V, pages of
-    // fewer keys than a tile): row r is key key0 + r of the sequence, in page
-    // pages[(key0 + r) >> page_shift] of each pool, at row (key0 + r) & page_mask of it.
-    // Each pass looks its row's page up once for K and V; rows from valid_rows on are
-    // zero-filled, and their block-table entries, which may lie past the sequence's
-    // pages, are never read.
-    template <int ROWS>
-    __device__ __forceinline__ void issue_paged(uint32_t k_tile_saddr, uint32_t v_tile_saddr, const uint16_t *k_pool,
-                                                const uint16_t *v_pool, const int32_t *pages, int key0, int page_shift,
-                                                const fa2_params &p, int valid_rows) const
+    // fewer keys than a tile). A pass's rows, row0 + pass * ROWS_PER_PASS for the threads'
+    // row0 < ROWS_PER_PASS, lie in one page (pages hold a power of two of at least 16 keys,
+    // ROWS_PER_PASS is 8 or 16), so the kernel looks each pass's page up once per tile, a
+    // tile ahead, and leaves in shared memory (pass_rows[pass]) the addresses of the
+    // pass's first row in the K and V pools; this thread's row and chunk are k_bytes and
+    // v_bytes further. The copy reads no block table: a 64-bit add and a cp.async per
+    // row, as the dense copy's. Rows from valid_rows on are zero-filled (their addresses
+    // lie in a page of the pool: a source address that exists).
+    template <int ROWS, bool FULL>
+    __device__ __forceinline__ void issue_paged(uint32_t k_tile_saddr, uint32_t v_tile_saddr, int64_t k_bytes, int64_t v_bytes,
+                                                const ulonglong2 *pass_rows, int valid_rows) const
     {
         static_assert(ROWS % ROWS_PER_PASS == 0, "every thread copies the same number of rows");
-        const int page_mask = (1 << page_shift) - 1;
+        static_assert(ROWS_PER_PASS <= 16 && (ROWS_PER_PASS & (ROWS_PER_PASS - 1)) == 0,
+                      "a pass's rows lie in one page of 16 or more keys");
+        // The addresses are read 4 passes at a time, before those passes' copies: a cp.async
+        // writes shared memory, so no load of it moves past one, and a load per copy would
+        // wait out its latency (some 30 cycles) at every pass.
+        constexpr int PASSES = ROWS / ROWS_PER_PASS, BATCH = PASSES < 4 ? PASSES : 4;
+        static_assert(PASSES % BATCH == 0, "the passes come in whole batches");
 #pragma unroll
-        for (int pass = 0; pass < ROWS / ROWS_PER_PASS; pass++) {
-            const uint32_t dst_off = smem_off + pass * ROWS_PER_PASS * D * 2;
-            const int row = row0 + pass * ROWS_PER_PASS, key = key0 + row;
-            const bool valid = row < valid_rows;
-            const uint16_t *k_src = k_pool + col, *v_src = v_pool + col;
-            if (valid) {
-                const int64_t page = pages[key >> page_shift], in_page = key & page_mask;
-                k_src += page * p.k_batch_stride + in_page * p.k_row_stride;
-                v_src += page * p.v_batch_stride + in_page * p.v_row_stride;
+        for (int pass0 = 0; pass0 < PASSES; pass0 += BATCH) {
+            ulonglong2 row[BATCH];
+#pragma unroll
+            for (int i = 0; i < BATCH; i++) row[i] = pass_rows[pass0 + i];
+#pragma unroll
+            for (int i = 0; i < BATCH; i++) {
+                const int pass = pass0 + i;
+                const uint32_t dst_off = smem_off + pass * ROWS_PER_PASS * D * 2;
+                const bool valid = FULL || row0 + pass * ROWS_PER_PASS < valid_rows;
+                cp_async_16(k_tile_saddr + dst_off, (const void *)(row[i].x + k_bytes), valid);  // src-size 0 reads nothing
+                cp_async_16(v_tile_saddr + dst_off, (const void *)(row[i].y + v_bytes), valid);
             }
-            cp_async_16(k_tile_saddr + dst_off, k_src, valid);  // src-size 0 reads nothing
-            cp_async_16(v_tile_saddr + dst_off, v_src, valid);
         }
     }
 };
@@ -322,13 +352,155 @@ __device__ __forceinline__ uint16_t *o_row_of(const fa2_params &p, int b, Packed
     return (uint16_t *)p.o + b * p.o_batch_stride + (int64_t)pr.query * p.o_row_stride + pr.head * p.o_head_stride;
 }
 
+// ---- the split count on the GPU ---------------------------------------------------
+
+// choose_plan's wave rule (below, on the host), for the blocks of a launch with per-sequence
+// lengths: blocks of equal work run in waves of `wave` (sm_count x blocks_per_sm), the fill of
+// `blocks` blocks is blocks / slots with slots = waves x wave, and the count is the fewest splits
+// whose fill is within 5% of the best up to cap. Here the fill is kept as the two integers, so
+// every warp of every block compares fills exactly and reaches the same count (the host's
+// doubles may round a fill of exactly 95% of the best either way; this takes the fewer splits).
+struct WaveFill {
+    int blocks, slots;
+};
+__device__ __forceinline__ WaveFill wave_fill(int blocks, int wave) { return {blocks, (blocks + wave - 1) / wave * wave}; }
+__device__ __forceinline__ bool fills_better(WaveFill a, WaveFill b) { return (long long)a.blocks * b.slots > (long long)b.blocks * a.slots; }
+__device__ __forceinline__ bool fills_near(WaveFill a, WaveFill best) { return 20LL * a.blocks * best.slots >= 19LL * best.blocks * a.slots; }
+
+// Lane l weighs s = l + 1, l + 33, ... at once; the best fill is a shuffle reduction, and the
+// fewest splits near it the lowest lane of the first ballot that has one. No barrier: each warp
+// runs it alone. base_blocks x cap <= MAX_SPLIT_BLOCKS (max_splits): blocks and slots are ints.
+__device__ __forceinline__ int wave_splits_warp(int base_blocks, int wave, int cap)
+{
+    static_assert(MAX_SPLITS % 32 == 0, "every lane weighs the same number of split counts");
+    constexpr int PER_LANE = MAX_SPLITS / 32;
+    const int lane = threadIdx.x % 32;
+    WaveFill fill[PER_LANE], best = {0, 1};  // a count past cap: no blocks, never the best
+#pragma unroll
+    for (int j = 0; j < PER_LANE; j++) {
+        const int s = 32 * j + lane + 1;
+        fill[j] = s <= cap ? wave_fill(base_blocks * s, wave) : WaveFill{0, 1};
+        if (fills_better(fill[j], best)) best = fill[j];
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        const WaveFill other = {__shfl_xor_sync(0xffffffffu, best.blocks, off), __shfl_xor_sync(0xffffffffu, best.slots, off)};
+        if (fills_better(other, best)) best = other;
+    }
+#pragma unroll
+    for (int j = 0; j < PER_LANE; j++) {
+        const unsigned near = __ballot_sync(0xffffffffu, 32 * j + lane + 1 <= cap && fills_near(fill[j], best));
+        if (near) return 32 * j + __ffs(near);
+    }
+    return cap;  // not reached: the best count is near the best
+}
+
+// Key tiles of BLOCK_N keys that query tile m_block of a sequence of seqlen_k keys reaches:
+// those its last query row sees (causal), every one otherwise.
+template <int BLOCK_N>
+__device__ __forceinline__ int key_tiles_of_tile(const fa2_params &p, int seqlen_k, int m_block, int group, int rows)
+{
+    const int last_query = min(rows - 1, m_block * BLOCK_M + BLOCK_M - 1) / group;
+    const int key_end = p.causal ? min(seqlen_k, max(0, last_query + 1 + seqlen_k - p.seqlen_q)) : seqlen_k;
+    return (key_end + BLOCK_N - 1) / BLOCK_N;
+}
+
+// Per-sequence lengths: the key tiles per split, one count for every tile of the launch. Each
+// warp reads all the lengths and sums the key tiles of every (query tile, kv head, sequence):
+// that work, spread as evenly as whole tiles allow, is `equal` tiles of the longest one's
+// length, and the wave rule gives those `equal` tiles s splits; a split then holds the longest
+// tile's tiles / s. A tile of t key tiles takes ceil(t / that) splits: the longest s, a short
+// one 1. Uniform lengths (where every query tile sees as many keys) give equal = base_blocks:
+// the split count and ranges of choose_plan. Each lane keeps LENGTH_LOADS lengths in flight:
+// one L2 round trip per 32 x LENGTH_LOADS sequences, not one per 32 (8 in flight made ptxas
+// spill at d128 on sm_86 and sm_89). batch x query tiles <= MAX_SPLIT_BLOCKS / 2 where there
+// are splits at all (max_splits), so the sums fit easily: work <= 2^11 x 2^24 key tiles
+// (fa2.h: a sequence has at most 2^30 keys).
+constexpr int LENGTH_LOADS = 4;
+template <int BLOCK_N>
+__device__ int balanced_tiles_per_split(const fa2_params &p, int m_blocks, int group, int rows, int wave, int cap)
+{
+    long long work = 0;
+    int longest = 0;
+    for (int b0 = threadIdx.x % 32; b0 < p.batch; b0 += 32 * LENGTH_LOADS) {
+        int seqlen[LENGTH_LOADS];  // past the batch: 0 keys, no tiles
+#pragma unroll
+        for (int j = 0; j < LENGTH_LOADS; j++) seqlen[j] = b0 + 32 * j < p.batch ? p.seqlens_k[b0 + 32 * j] : 0;
+#pragma unroll
+        for (int j = 0; j < LENGTH_LOADS; j++)
+            for (int m = 0; m < m_blocks; m++) {
+                const int tiles = key_tiles_of_tile<BLOCK_N>(p, seqlen[j], m, group, rows);
+                work += tiles;
+                longest = max(longest, tiles);
+            }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) {
+        work += __shfl_xor_sync(0xffffffffu, work, off);
+        longest = max(longest, __shfl_xor_sync(0xffffffffu, longest, off));
+    }
+    if (longest == 0) return 1;  // no sequence has a visible key: one empty split per tile
+    const int equal = (int)((work * p.heads_kv + longest - 1) / longest);  // <= base_blocks
+    const int splits = wave_splits_warp(equal, wave, cap);
+    return (longest + splits - 1) / splits;
+}
+
+// ---- the work queue (per-sequence lengths) ----------------------------------------
+//
+// A pair is (sequence b, query tile m), numbered b x m_blocks + m: its key tiles, and so its
+// ranges, are the same for every kv head. Its ranges are `full` of tiles_per_split tiles and a
+// last, shorter one (or, with no key, one empty range: O = 0, LSE = -inf). An item is one range
+// of one kv head's tile. Items are numbered by class, then kv head, then pair, then range:
+// class 0 holds the full ranges, classes 1 .. LAST_CLASSES the last ranges, by length from the
+// longest (tiles_per_split - 1) down to the empty one, so the queue hands out the longest
+// items first. A block takes its next item when it finishes one, so the blocks finish within
+// about one item of each other, and the last items taken decide how far apart: the shortest
+// (the longest-first rule of list scheduling). The lengths within a class are left unsorted.
+constexpr int LAST_CLASSES = 3, ITEM_CLASSES = 1 + LAST_CLASSES;
+// Pairs in groups of a warp's 32 lanes; with splits there are at most MAX_SPLIT_BLOCKS / 2
+// blocks of one split (max_splits), so at most that many pairs: 64 groups.
+constexpr int PAIR_GROUP = 32, MAX_PAIR_GROUPS = MAX_SPLIT_BLOCKS / 2 / PAIR_GROUP;
+struct TileItems {
+    int full;        // ranges of tiles_per_split tiles
+    int last_class;  // the class of the last, shorter range; 0: none
+};
+__device__ __forceinline__ TileItems tile_items(int n_tiles, int tiles_per_split)
+{
+    const int full = n_tiles / tiles_per_split, rest = n_tiles - full * tiles_per_split;
+    const bool last = rest != 0 || n_tiles == 0;
+    return {full, last ? 1 + LAST_CLASSES * (tiles_per_split - 1 - rest) / tiles_per_split : 0};
+}
+// Items of class k that pair `pair` has, per kv head (past the pairs: none).
+template <int BLOCK_N>
+__device__ __forceinline__ TileItems pair_items(const fa2_params &p, int pair, int pairs, int m_blocks, int group, int rows,
+                                                int tiles_per_split)
+{
+    if (pair >= pairs) return {0, 0};
+    const int b = pair / m_blocks;
+    return tile_items(key_tiles_of_tile<BLOCK_N>(p, p.seqlens_k[b], pair - b * m_blocks, group, rows), tiles_per_split);
+}
+__device__ __forceinline__ int class_count(TileItems t, int k) { return k == 0 ? t.full : t.last_class == k; }
+
+// The queue's shared memory, past K and V: where each group of pairs starts in each class's
+// items (per kv head; at most base_blocks x max_splits <= MAX_SPLIT_BLOCKS items in all, so
+// 16 bits hold them), the classes' sizes, and the item the block runs now.
+struct QueueSmem {
+    uint16_t starts[ITEM_CLASSES][MAX_PAIR_GROUPS];
+    int class_items[ITEM_CLASSES];
+    int n_items, tiles_per_split;
+    int pair, h_kv, split, splits;  // pair -1: the queue is empty
+};
+static_assert(MAX_SPLIT_BLOCKS < 65536, "an item's number fits the 16 bits of QueueSmem::starts");
+
 // ---- the kernel --------------------------------------------------------------
 
-// Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each; after the
-// last key tile the K/V space holds the warps' partial results for the merge:
+// Shared memory: Q [BLOCK_M][D], then K and V [STAGES][BLOCK_N][D] each, then the
+// addresses in pages smaller than a tile [STAGES][PAGE_PASSES] (K's and V's, 8 bytes
+// each, for each copy pass of a tile: TileCopy::issue_paged); after the last key tile the K/V space holds the warps' partial results for the merge:
 // O [WARPS][BLOCK_M][O_PITCH] fp32 and the row max and sum [WARPS][BLOCK_M] each;
 // past them, in the block that merges the splits, each row's split weights
-// [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32).
+// [BLOCK_M][MAX_SPLITS] and the per-slot sums of O [BLOCK_M][D] (fp32). Last, with
+// per-sequence lengths, the work queue's QueueSmem (the launch's items, and the block's).
 template <int D, int BLOCK_N_, int STAGES_>
 struct SmemLayout {
     static constexpr int BLOCK_N = BLOCK_N_;              // keys per tile
@@ -342,7 +514,10 @@ struct SmemLayout {
     static constexpr int SPLIT_MERGE_BYTES = BLOCK_M * (MAX_SPLITS + D) * 4;
     static_assert(MERGE_BYTES + SPLIT_MERGE_BYTES <= KV_BYTES,
                   "the warps' partial O, max and sum, the split weights and the slots' sums of O fit where K and V were");
-    static constexpr int BYTES = Q_BYTES + KV_BYTES;
+    static constexpr int PAGE_PASSES = BLOCK_N / (THREADS / (D * 2 / 16));  // TileCopy's passes over a tile
+    static constexpr int PAGE_BYTES = STAGES * PAGE_PASSES * 16;
+    static constexpr int QUEUE_OFF = Q_BYTES + KV_BYTES + PAGE_BYTES;
+    static constexpr int BYTES = QUEUE_OFF + (int)(sizeof(QueueSmem) + 15) / 16 * 16;
 };
 // sweep.sh rebuilds this file with -DFA2_SWEEP_BLOCK_N=.. and -DFA2_SWEEP_STAGES=..
 // to time other candidates in the first layout's place.
@@ -364,17 +539,23 @@ constexpr int SPLIT_KEY_TILE = 128;
 static_assert(LargeLayout<64>::BLOCK_N <= SPLIT_KEY_TILE && LargeLayout<128>::BLOCK_N <= SPLIT_KEY_TILE,
               "no layout has fewer key tiles than the split bound counts");
 
-// splits > 1: block (m_block, split) writes O_s (fp32, normalised by its own row
-// sum) to o_part [splits][batch * heads_q * seqlen_q][D] and LSE_s to lse_part
-// [splits][batch * heads_q * seqlen_q], rows in the order of fa2.h's LSE, and
-// counts its arrival in counters [batch * heads_q * seqlen_q], the int32 of its
-// tile's first row (fa2.h: zero when the call begins, and again when it ends);
+// One range of key tiles of one query tile (m_block, kv head h_kv, sequence b): range
+// `split` of the tile's `splits`. Without per-sequence lengths (QUEUE false) the grid is
+// (query tile x grid_splits, kv head, batch), a block per range, and every tile has
+// grid_splits ranges of even length; with them (QUEUE true) a block runs one item of the
+// work queue after another (fa2_split_kernel), and the item gives the range length and the
+// tile's count (queue_splits, in shared memory). A tile of splits > 1: the range's block
+// writes O_s (fp32, normalised by its own row sum) to o_part [grid_splits][batch * heads_q *
+// seqlen_q][D] and LSE_s to lse_part [grid_splits][batch * heads_q * seqlen_q], rows in the
+// order of fa2.h's LSE, and counts its arrival in counters [batch * heads_q * seqlen_q], the
+// int32 of its tile's first row (fa2.h: zero when the call begins, and again when it ends);
 // the tile's last block to arrive merges the splits into O and LSE.
 // Loads in flight per thread while the last block merges O_s (float4 each).
 constexpr int MERGE_LOADS = 16;
-template <typename T, int D, typename L>
-__global__ void __launch_bounds__(THREADS)
-    fa2_split_kernel(fa2_params p, int splits, int *counters, float *o_part, float *lse_part)
+template <typename T, int D, typename L, bool QUEUE>
+__device__ __forceinline__ void split_range(const fa2_params &p, const int m_block, const int h_kv, const int b, const int split,
+                                            const int grid_splits, const int queue_tiles_per_split, const int *queue_splits,
+                                            int *counters, float *o_part, float *lse_part)
 {
     constexpr int BLOCK_N = L::BLOCK_N, WARP_KEYS = L::WARP_KEYS;
     static_assert(D % MMA_K == 0, "Q K^T consumes the head dim 16 at a time (the k of m16n8k16)");
@@ -388,8 +569,8 @@ __global__ void __launch_bounds__(THREADS)
     const uint32_t q_saddr = (uint32_t)__cvta_generic_to_shared(smem);  // [BLOCK_M][D]
     const uint32_t k_saddr = q_saddr + L::Q_BYTES;                      // [STAGES][BLOCK_N][D]
     const uint32_t v_saddr = k_saddr + STAGES * L::STAGE_BYTES;         // [STAGES][BLOCK_N][D]
+    ulonglong2 *const page_rows = reinterpret_cast<ulonglong2 *>(smem + (L::Q_BYTES + L::KV_BYTES) / 2);  // [STAGES][PAGE_PASSES]
 
-    const int m_block = blockIdx.x / splits, split = blockIdx.x % splits, h_kv = blockIdx.y, b = blockIdx.z;
     const int group = p.heads_q / p.heads_kv;
     const int rows = group * p.seqlen_q;  // packed rows of this kv head (< 2^31: fa2_supports)
     const int r0 = m_block * BLOCK_M;
@@ -408,12 +589,13 @@ __global__ void __launch_bounds__(THREADS)
     const int32_t *pages = p.block_table ? p.block_table + b * p.block_table_batch_stride : nullptr;
     const int page_shift = p.block_table ? __ffs(p.page_size) - 1 : 0;  // page_size is a power of two (fa2.h)
 
-    // The block's key tiles: those its last query row sees (causal), cut into
-    // `splits` ranges of whole tiles; the last ranges may be empty.
-    const int first_query = r0 / group, last_query = min(rows - 1, r0 + BLOCK_M - 1) / group;
-    const int key_end = p.causal ? min(seqlen_k, max(0, last_query + 1 + shift)) : seqlen_k;
-    const int n_tiles = (key_end + BLOCK_N - 1) / BLOCK_N;
-    const int tiles_per_split = (n_tiles + splits - 1) / splits;
+    // The range's key tiles: those the tile's last query row sees (causal), cut into ranges
+    // of whole tiles. Without lengths, grid_splits ranges of even length (the last ones may be
+    // empty); with them, ranges of the launch's length, the last one shorter (at least one
+    // range, so a sequence of no key still writes O = 0 and LSE = -inf).
+    const int first_query = r0 / group;
+    const int n_tiles = key_tiles_of_tile<BLOCK_N>(p, seqlen_k, m_block, group, rows);
+    const int tiles_per_split = QUEUE ? queue_tiles_per_split : (n_tiles + grid_splits - 1) / grid_splits;
     const int tile_lo = min(n_tiles, split * tiles_per_split), tile_hi = min(n_tiles, tile_lo + tiles_per_split);
 
     // Prologue: Q, each packed row from its own query row and head (committed with
@@ -428,16 +610,51 @@ __global__ void __launch_bounds__(THREADS)
         if (valid) src += (int64_t)pr.query * p.q_row_stride + pr.head * p.q_head_stride + col;
         cp_async_16(q_saddr + swizzled_offset<D>(row, col), src, valid);
     }
+    // Pages of fewer keys than a tile: each of the tile's copy passes (TileCopy::issue_paged)
+    // takes its rows from one page, and thread `pass` (pass < PAGE_PASSES) looks that page
+    // up for every tile, two tiles before the tile's copy is issued: the load is issued
+    // with one copy and its addresses are stored with the next, in the tile's slot
+    // (nn % STAGES), which the barrier of the key tile after that makes every thread's.
+    // The copy itself then never waits on the block table, and the table is read once
+    // per pass and tile instead of once per row. Tiles past the block's range, and passes
+    // past the sequence's last key, read no entry (they take page 0, which exists).
+    constexpr int PAGE_PASSES = L::PAGE_PASSES;
+    const bool small_pages = pages && p.page_size < BLOCK_N;
+    const int pass_key = threadIdx.x * (BLOCK_N / PAGE_PASSES);  // the first key of thread `pass`'s pass in a tile
+    const int pass_row = pass_key & (p.page_size - 1);           // its row in its page
+    auto page_of = [&](const int nn) {                           // thread `pass`'s block-table entry for tile nn
+        const int key = nn * BLOCK_N + pass_key;
+        return threadIdx.x < PAGE_PASSES && nn < tile_hi && key < seqlen_k ? pages[key >> page_shift] : 0;
+    };
+    auto store_page = [&](const int nn, const int page) {  // its row addresses for tile nn, into the tile's slot
+        if (threadIdx.x < PAGE_PASSES)
+            page_rows[nn % STAGES * PAGE_PASSES + threadIdx.x] =
+                make_ulonglong2((uint64_t)(k + page * p.k_batch_stride + pass_row * p.k_row_stride),
+                                (uint64_t)(v + page * p.v_batch_stride + pass_row * p.v_row_stride));
+    };
+    int next_page = 0;  // the entry for the tile after the next one to store (issue_tile's `step`)
     // Key tile nn's K and V into its stage, nn % STAGES. Only the seqlen_k tail has rows
     // to zero-fill; full tiles skip the per-row checks. Paged K and V: a tile within one
     // page (pages of at least a tile's keys: both powers of two, so tiles never straddle
-    // one) is the dense copy from that page, looked up once; smaller pages, row by row.
+    // one) is the dense copy from that page, looked up once; smaller pages, a tile the
+    // addresses above prepared. `step` (the key loop's copies, not the prologue's): the
+    // copy of tile nn also stores tile nn + 1's addresses and loads tile nn + 2's entry.
     const TileCopy<D, THREADS> tile_copy;
-    auto issue_tile = [&](const int nn) {
+    auto issue_tile = [&](const int nn, const bool step) {
         const int n0 = nn * BLOCK_N;
         const uint32_t off = nn % STAGES * L::STAGE_BYTES;
-        if (pages && p.page_size < BLOCK_N) {
-            tile_copy.template issue_paged<BLOCK_N>(k_saddr + off, v_saddr + off, k, v, pages, n0, page_shift, p, seqlen_k - n0);
+        if (small_pages) {
+            const ulonglong2 *pass_rows = page_rows + nn % STAGES * PAGE_PASSES;
+            const int64_t k_bytes = (tile_copy.row0 * p.k_row_stride + tile_copy.col) * 2;  // this thread's row and chunk
+            const int64_t v_bytes = (tile_copy.row0 * p.v_row_stride + tile_copy.col) * 2;  // from a pass's first row
+            if (n0 + BLOCK_N <= seqlen_k)
+                tile_copy.template issue_paged<BLOCK_N, true>(k_saddr + off, v_saddr + off, k_bytes, v_bytes, pass_rows, BLOCK_N);
+            else
+                tile_copy.template issue_paged<BLOCK_N, false>(k_saddr + off, v_saddr + off, k_bytes, v_bytes, pass_rows, seqlen_k - n0);
+            if (step) {
+                store_page(nn + 1, next_page);
+                next_page = page_of(nn + 2);
+            }
             return;
         }
         const uint16_t *k_tile = k, *v_tile = v;
@@ -457,12 +674,24 @@ __global__ void __launch_bounds__(THREADS)
             tile_copy.template issue<BLOCK_N, false>(v_saddr + off, v_tile, p.v_row_stride, seqlen_k - n0);
         }
     };
+    // Small pages: the addresses of the prologue's tiles and of the key loop's first copy
+    // (tiles tile_lo .. tile_lo + STAGES - 1, one slot each), and the entry its step stores.
+    // Their loads are issued together, and the barrier waits for them once per block.
+    if (small_pages) {
+        int first_pages[STAGES];
+#pragma unroll
+        for (int i = 0; i < STAGES; i++) first_pages[i] = page_of(tile_lo + i);
+        next_page = page_of(tile_lo + STAGES);
+#pragma unroll
+        for (int i = 0; i < STAGES; i++) store_page(tile_lo + i, first_pages[i]);
+        __syncthreads();
+    }
     // The first STAGES - 1 tiles, one commit group each (Q joins the first); each key
     // tile then commits one group, with the tile STAGES - 1 ahead (or nothing past the
     // range), so "tile nb has landed" is always "at most STAGES - 2 groups pending".
 #pragma unroll
     for (int i = 0; i < STAGES - 1; i++) {
-        if (tile_lo + i < tile_hi) issue_tile(tile_lo + i);
+        if (tile_lo + i < tile_hi) issue_tile(tile_lo + i, false);
         cp_async_commit();
     }
 
@@ -506,7 +735,7 @@ __global__ void __launch_bounds__(THREADS)
         // stage the copy of tile nb + STAGES - 1 below overwrites.
         cp_async_wait<STAGES - 2>();
         __syncthreads();
-        if (nb + STAGES - 1 < tile_hi) issue_tile(nb + STAGES - 1);
+        if (nb + STAGES - 1 < tile_hi) issue_tile(nb + STAGES - 1, true);
         cp_async_commit();
 
         // S = Q K^T: the 16 rows x this warp's WARP_KEYS keys.
@@ -597,6 +826,10 @@ __global__ void __launch_bounds__(THREADS)
     // O, and the max and sum of each row over the warp's keys.
     cp_async_wait<0>();  // a block with no key tile never waited for Q: its copy may still be landing
     __syncthreads();     // every warp is done reading K and V before they are overwritten
+    // This tile's ranges: with the queue, read from the item in shared memory only now (a
+    // count kept in a register through the key loop once made ptxas spill 8 bytes at d64 on
+    // sm_90, in a kernel that held it for every block).
+    const int splits = QUEUE ? *queue_splits : grid_splits;
     float(*o_merge)[BLOCK_M][L::O_PITCH] = reinterpret_cast<float(*)[BLOCK_M][L::O_PITCH]>(smem + L::Q_BYTES / 2);
     float(*m_merge)[BLOCK_M] = reinterpret_cast<float(*)[BLOCK_M]>(&o_merge[WARPS][0][0]);
     float(*l_merge)[BLOCK_M] = m_merge + WARPS;
@@ -789,6 +1022,138 @@ __global__ void __launch_bounds__(THREADS)
     }
 }
 
+// Warp 0 takes the block's next item from the queue (next_item, in the workspace) and
+// writes it to qs: the class from the classes' sizes, the kv head by division, the group of
+// pairs by a binary search of the class's starts, and the pair within the group by a scan of
+// its 32 pairs' counts (their lengths read again: the L1 or L2 holds them).
+template <int BLOCK_N>
+__device__ __forceinline__ void take_item(QueueSmem &qs, const fa2_params &p, int *next_item, int pairs, int m_blocks, int group, int rows)
+{
+    const int lane = threadIdx.x % 32;
+    int item = 0;
+    if (lane == 0) item = atomicAdd(next_item, 1);
+    item = __shfl_sync(0xffffffffu, item, 0);
+    if (item >= qs.n_items) {
+        if (lane == 0) qs.pair = -1;
+        return;
+    }
+    int k = 0;
+    while (item >= p.heads_kv * qs.class_items[k]) item -= p.heads_kv * qs.class_items[k++];
+    const int h_kv = item / qs.class_items[k], j = item - h_kv * qs.class_items[k];  // item j of class k of head h_kv
+    int lo = 0, hi = (pairs + PAIR_GROUP - 1) / PAIR_GROUP - 1;  // the last group that starts at or before j
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (qs.starts[k][mid] <= j) lo = mid;
+        else hi = mid - 1;
+    }
+    const int pair = lo * PAIR_GROUP + lane;
+    const TileItems t = pair_items<BLOCK_N>(p, pair, pairs, m_blocks, group, rows, qs.tiles_per_split);
+    const int count = class_count(t, k);
+    int upto = count;  // this class's items of the group's pairs up to this lane's
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+        const int x = __shfl_up_sync(0xffffffffu, upto, off);
+        if (lane >= off) upto += x;
+    }
+    const int before = qs.starts[k][lo] + upto - count;
+    if (before <= j && j < before + count) {  // one lane: the pair that holds item j
+        qs.pair = pair, qs.h_kv = h_kv;
+        qs.split = k == 0 ? j - before : t.full;  // a full range in order, or the last
+        qs.splits = t.full + (t.last_class != 0);
+    }
+}
+
+// Without per-sequence lengths: a block per range, the grid (query tile x grid_splits, kv
+// head, batch).
+template <typename T, int D, typename L>
+__global__ void __launch_bounds__(THREADS)
+    fa2_split_kernel(fa2_params p, int grid_splits, int *counters, float *o_part, float *lse_part)
+{
+    split_range<T, D, L, false>(p, blockIdx.x / grid_splits, blockIdx.y, blockIdx.z, blockIdx.x % grid_splits, grid_splits, 0, nullptr,
+                                counters, o_part, lse_part);
+}
+
+// With them: one wave of blocks (at most sm_count x blocks_per_sm, `wave`) and a queue of
+// items (the ranges of every tile of every kv head, at most grid_splits a tile): each block
+// counts the items from the lengths, as every other block does, then takes item after item
+// until none is left. The queue is two int32 at `queue` (fa2.h: zero when the call begins):
+// the next item, and the blocks that have left; the last block to leave sets both to zero
+// again for the next call (every block drew its last item before it counted itself out).
+// The shared memory of every layout allows one block per SM where it is chosen (128 KB of K
+// and V, or a 99 KB block on a 100 KB SM), so registers do not limit the blocks: the second
+// bound lets ptxas take up to 255 a thread, where its own choice for this kernel (168) spilled
+// at d128: 32 bytes on sm_80, 4 on sm_86 and sm_89, 16 on sm_90.
+template <typename T, int D, typename L>
+__global__ void __launch_bounds__(THREADS, 1)
+    fa2_queue_kernel(fa2_params p, int grid_splits, int wave, int *counters, int *queue, float *o_part, float *lse_part)
+{
+    constexpr int BLOCK_N = L::BLOCK_N;
+    extern __shared__ __align__(16) uint16_t smem[];
+    QueueSmem &qs = *reinterpret_cast<QueueSmem *>(smem + L::QUEUE_OFF / 2);
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int group = p.heads_q / p.heads_kv, rows = group * p.seqlen_q;
+    const int m_blocks = (rows + BLOCK_M - 1) / BLOCK_M, pairs = p.batch * m_blocks;  // pairs <= MAX_SPLIT_BLOCKS / 2
+    const int groups = (pairs + PAIR_GROUP - 1) / PAIR_GROUP;
+    // Each warp: the range length, then the items of its groups of pairs, per class.
+    const int tiles_per_split = balanced_tiles_per_split<BLOCK_N>(p, m_blocks, group, rows, wave, grid_splits);
+    for (int c = warp; c < groups; c += WARPS) {
+        const TileItems t = pair_items<BLOCK_N>(p, c * PAIR_GROUP + lane, pairs, m_blocks, group, rows, tiles_per_split);
+        const int full = __reduce_add_sync(0xffffffffu, t.full);
+        if (lane == 0) qs.starts[0][c] = (uint16_t)full;
+#pragma unroll
+        for (int k = 1; k < ITEM_CLASSES; k++) {
+            const int last = __popc(__ballot_sync(0xffffffffu, t.last_class == k));
+            if (lane == 0) qs.starts[k][c] = (uint16_t)last;
+        }
+    }
+    __syncthreads();
+    // Warp 0: each class's counts become starts (an exclusive scan, two groups a lane).
+    static_assert(MAX_PAIR_GROUPS == 2 * 32, "a lane scans two groups of pairs");
+    if (warp == 0) {
+        int n_items = 0;
+#pragma unroll
+        for (int k = 0; k < ITEM_CLASSES; k++) {
+            const int c0 = 2 * lane, c1 = 2 * lane + 1;
+            const int a = c0 < groups ? qs.starts[k][c0] : 0, both = a + (c1 < groups ? qs.starts[k][c1] : 0);
+            int upto = both;
+#pragma unroll
+            for (int off = 1; off < 32; off *= 2) {
+                const int x = __shfl_up_sync(0xffffffffu, upto, off);
+                if (lane >= off) upto += x;
+            }
+            qs.starts[k][c0] = (uint16_t)(upto - both), qs.starts[k][c1] = (uint16_t)(upto - both + a);
+            const int total = __shfl_sync(0xffffffffu, upto, 31);
+            if (lane == 0) qs.class_items[k] = total;
+            n_items += total;
+        }
+        if (lane == 0) qs.n_items = n_items * p.heads_kv, qs.tiles_per_split = tiles_per_split;
+    }
+    for (;;) {
+        // Every thread is done with the last item's shared memory and qs's item (the first
+        // time: warp 0's starts are written); cp.async groups are all drained (split_range
+        // waits for every one before its merge).
+        __syncthreads();
+        if (warp == 0) take_item<BLOCK_N>(qs, p, queue, pairs, m_blocks, group, rows);
+        __syncthreads();
+        const int pair = qs.pair;
+        if (pair < 0) break;
+        const int b = pair / m_blocks;
+        split_range<T, D, L, true>(p, pair - b * m_blocks, qs.h_kv, b, qs.split, grid_splits, qs.tiles_per_split, &qs.splits, counters,
+                                   o_part, lse_part);
+    }
+    // Leaving. The fence orders this block's last draw before its count; the last block
+    // orders every draw it counted before its reset.
+    if (threadIdx.x == 0) {
+        int *const next_item = queue, *const blocks_left = queue + 1;
+        __threadfence();
+        if (atomicAdd(blocks_left, 1) == (int)gridDim.x - 1) {
+            __threadfence();
+            *next_item = 0;
+            *blocks_left = 0;
+        }
+    }
+}
+
 // ---- the split count ---------------------------------------------------------
 
 static long long m_blocks_of(const fa2_params *p) { return ((long long)p->heads_q / p->heads_kv * p->seqlen_q + BLOCK_M - 1) / BLOCK_M; }
@@ -808,8 +1173,9 @@ extern "C" size_t fa2_workspace_size(const fa2_params *p)
 {
     // Params the ABI refuses need none (fa2_supports says why); the checks also keep the
     // products below inside int64 and the group (heads_q / heads_kv) at least 1.
-    // Several splits: the tiles' arrival counters (fa2_workspace_counter_bytes: one int32 per
-    // row, a tile counts in its first row's), then O_s and LSE_s, 16-byte aligned after them.
+    // Several splits: the counters (fa2_workspace_counter_bytes: one int32 per row, where a
+    // tile counts its arrivals in its first row's, then the work queue's two), then O_s and
+    // LSE_s, 16-byte aligned after them.
     if (!fa2_validate_params(p, NULL, 0)) return 0;
     const int splits = max_splits(p);
     return splits > 1 ? fa2_workspace_counter_bytes(p) +
@@ -824,26 +1190,34 @@ struct Plan {
     int block_n, stages, smem_bytes;
     int splits, blocks_per_sm, sm_count;
     long long base_blocks;  // batch x kv heads x query tiles: the blocks of one split
+    bool queued;            // per-sequence lengths and splits: one wave of blocks and a work queue
 };
 
 // Blocks of layout L per SM. On the GPU itself the runtime's occupancy query answers
 // (it knows the registers ptxas gave this GPU's SASS); under FA2_EMULATE the same
 // rules are applied by arithmetic to the preset's numbers, with this build's
 // register count where a GPU can say (otherwise the 255 a thread may have at most).
-template <typename T, int D, typename L>
+// The kernel of a launch: a block per range, or the queue's (Plan::queued).
+template <typename T, int D, typename L, bool QUEUE>
+static const void *kernel_of()
+{
+    return QUEUE ? (const void *)fa2_queue_kernel<T, D, L> : (const void *)fa2_split_kernel<T, D, L>;
+}
+
+template <typename T, int D, typename L, bool QUEUE>
 static int blocks_per_sm_of(const fa2_limits *l)
 {
     if (L::BYTES > l->smem_per_block) return 0;
     int n = 0;
     if (!l->preset) {
-        if (cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) == cudaSuccess &&
-            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fa2_split_kernel<T, D, L>, THREADS, L::BYTES) == cudaSuccess)
+        if (cudaFuncSetAttribute(kernel_of<T, D, L, QUEUE>(), cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES) == cudaSuccess &&
+            cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, kernel_of<T, D, L, QUEUE>(), THREADS, L::BYTES) == cudaSuccess)
             return n;
         cudaGetLastError();  // leave no error behind; the arithmetic answers instead
     }
     cudaFuncAttributes attr;
     int regs = 255;
-    if (cudaFuncGetAttributes(&attr, fa2_split_kernel<T, D, L>) == cudaSuccess) regs = attr.numRegs;
+    if (cudaFuncGetAttributes(&attr, kernel_of<T, D, L, QUEUE>()) == cudaSuccess) regs = attr.numRegs;
     else cudaGetLastError();
     return fa2_limits_blocks_per_sm(l, THREADS, regs, L::BYTES);
 }
@@ -854,19 +1228,25 @@ static int blocks_per_sm_of(const fa2_limits *l)
 // best efficiency up to max_splits (fewer splits: fewer partial results to write
 // and merge, longer key ranges to pipeline). At least one wave's worth of blocks
 // already fills the GPU: s = 1 unless more splits fill the last wave better.
+// With per-sequence lengths the host cannot weigh the work (the lengths are in the GPU's
+// memory, and reading them would wait on the stream): the plan allows max_splits splits, the
+// kernel applies the same rule to the lengths (balanced_tiles_per_split), and one wave of
+// blocks of the queue's kernel takes the ranges from a queue.
 // The layout is the first, of LargeLayout and SmallLayout, that fits the GPU.
 template <typename T, int D>
 static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
 {
     // Asked once per process and preset: the queries cost microseconds, a launch's whole budget.
-    static int fits[LAYOUTS];
+    static int fits[LAYOUTS], queue_fits[LAYOUTS];  // the grid's kernel, the queue's
     static const char *fits_for = "";  // the preset (NULL: the GPU) they were asked for; "" not yet
     if (fits_for == nullptr ? l->preset != nullptr : (l->preset == nullptr || strcmp(fits_for, l->preset) != 0)) {
-        fits[LARGE_LAYOUT] = blocks_per_sm_of<T, D, LargeLayout<D>>(l);
-        fits[SMALL_LAYOUT] = blocks_per_sm_of<T, D, SmallLayout<D>>(l);
+        fits[LARGE_LAYOUT] = blocks_per_sm_of<T, D, LargeLayout<D>, false>(l);
+        fits[SMALL_LAYOUT] = blocks_per_sm_of<T, D, SmallLayout<D>, false>(l);
+        queue_fits[LARGE_LAYOUT] = blocks_per_sm_of<T, D, LargeLayout<D>, true>(l);
+        queue_fits[SMALL_LAYOUT] = blocks_per_sm_of<T, D, SmallLayout<D>, true>(l);
         fits_for = l->preset;
     }
-    Plan plan = {-1, 0, 0, 0, 1, 0, l->sm_count, base_blocks_of(p)};
+    Plan plan = {-1, 0, 0, 0, 1, 0, l->sm_count, base_blocks_of(p), false};
     if (fits[LARGE_LAYOUT] > 0) {
         plan.layout = LARGE_LAYOUT, plan.block_n = LargeLayout<D>::BLOCK_N, plan.stages = LargeLayout<D>::STAGES;
         plan.smem_bytes = LargeLayout<D>::BYTES;
@@ -886,9 +1266,12 @@ static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
         best = efficiency[s] > best ? efficiency[s] : best;
     }
     while (efficiency[plan.splits] < 0.95 * best) plan.splits++;
+    if (p->seqlens_k) plan.splits = cap;  // the most; each tile's own count is chosen on the GPU
 #ifdef FA2_SWEEP_SPLITS
     plan.splits = FA2_SWEEP_SPLITS < cap ? FA2_SWEEP_SPLITS : cap;  // a sweep build: the fixed count, within the workspace
 #endif
+    plan.queued = p->seqlens_k && plan.splits > 1;
+    if (plan.queued) plan.blocks_per_sm = queue_fits[plan.layout] > 0 ? queue_fits[plan.layout] : 1;
     return plan;
 }
 
@@ -907,6 +1290,7 @@ static Plan plan_of(const fa2_params *p, const fa2_limits *l)
 struct Launch {
     Plan plan;
     int *counters;               // [rows], zero between calls (fa2.h), rows = batch x heads_q x seqlen_q
+    int *queue;                  // the work queue's next item and blocks left (plan.queued), zero between calls
     float *o_parts, *lse_parts;  // [splits][rows][D] and [splits][rows]
     cudaStream_t stream;
 };
@@ -914,6 +1298,8 @@ struct Launch {
 // One launch over (query tile x split, kv head, batch); a call whose batch or heads pass
 // the grid's 65,535 runs as several (fa2_for_each_grid_chunk), each with its rows'
 // share of the workspace, from row rows_before on: its own tiles' counters and partials.
+// Queued (never chunked: batch x kv heads <= MAX_SPLIT_BLOCKS / 2 where there are splits):
+// one wave of blocks, or fewer where the tiles cannot have that many ranges.
 template <typename T, int D, typename L>
 static int launch_with(const fa2_params *p, int64_t rows_before, void *launch)
 {
@@ -921,9 +1307,17 @@ static int launch_with(const fa2_params *p, int64_t rows_before, void *launch)
     int *counters = a.counters ? a.counters + rows_before : nullptr;
     float *o_part = a.o_parts ? a.o_parts + (size_t)a.plan.splits * rows_before * D : nullptr;
     float *lse_part = a.lse_parts ? a.lse_parts + (size_t)a.plan.splits * rows_before : nullptr;
-    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
-    dim3 grid((unsigned)(m_blocks_of(p) * a.plan.splits), p->heads_kv, p->batch);
-    fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, counters, o_part, lse_part);
+    const int wave = a.plan.sm_count * a.plan.blocks_per_sm;
+    if (a.plan.queued) {
+        FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_queue_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
+        const long long items = base_blocks_of(p) * a.plan.splits;  // the most the tiles may have
+        fa2_queue_kernel<T, D, L><<<(unsigned)(items < wave ? items : wave), THREADS, L::BYTES, a.stream>>>(
+            *p, a.plan.splits, wave, counters, a.queue, o_part, lse_part);
+    } else {
+        FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_split_kernel<T, D, L>, cudaFuncAttributeMaxDynamicSharedMemorySize, L::BYTES));
+        dim3 grid((unsigned)(m_blocks_of(p) * a.plan.splits), p->heads_kv, p->batch);
+        fa2_split_kernel<T, D, L><<<grid, THREADS, L::BYTES, a.stream>>>(*p, a.plan.splits, counters, o_part, lse_part);
+    }
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -934,9 +1328,10 @@ static int launch(const fa2_params *p, void *stream)
     fa2_limits l;
     char why[256];
     if (fa2_limits_get(&l, why, sizeof why) != FA2_LIMITS_OK) return fa2_fail("fa2_limits_get", why);
-    Launch a = {choose_plan<T, D>(p, &l), nullptr, nullptr, nullptr, (cudaStream_t)stream};
+    Launch a = {choose_plan<T, D>(p, &l), nullptr, nullptr, nullptr, nullptr, (cudaStream_t)stream};
     if (a.plan.splits > 1) {
         a.counters = (int *)p->workspace;
+        a.queue = (int *)((char *)p->workspace + fa2_workspace_counter_bytes(p)) - 4;  // the counters' last 16 bytes (fa2.h)
         a.o_parts = (float *)((char *)p->workspace + fa2_workspace_counter_bytes(p));
         a.lse_parts = a.o_parts + (size_t)a.plan.splits * p->batch * p->heads_q * p->seqlen_q * D;
     }
@@ -989,10 +1384,18 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
         return -1;
     }
     const int tiles = key_tiles_of(p, plan.block_n);
-    snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s%s, %lld blocks, %d per SM on %d SMs",
-             BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s" : "", tiles,
-             tiles > 1 ? "s" : "", plan.splits > 1 ? ", merged by the last to arrive" : "", plan.base_blocks * plan.splits,
-             plan.blocks_per_sm, plan.sm_count);
+    if (plan.queued) {  // the lengths are on the GPU: each tile's count is chosen there
+        const long long items = plan.base_blocks * plan.splits, wave = (long long)plan.sm_count * plan.blocks_per_sm;
+        snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: up to %d splits of %d key tiles per tile, "
+                 "chosen on the GPU from the lengths, merged by the last to arrive; %lld blocks (%d per SM on %d SMs) take them from a queue",
+                 BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, tiles, items < wave ? items : wave,
+                 plan.blocks_per_sm, plan.sm_count);
+    } else {
+        snprintf(what, what_len, "%d packed rows x %d warps, %d keys per tile, %d stages, %d KB: %d split%s of %d key tile%s%s, %lld blocks, %d per SM on %d SMs",
+                 BLOCK_M, WARPS, plan.block_n, plan.stages, plan.smem_bytes / 1024, plan.splits, plan.splits > 1 ? "s" : "", tiles,
+                 tiles > 1 ? "s" : "", plan.splits > 1 ? ", merged by the last to arrive" : "", plan.base_blocks * plan.splits,
+                 plan.blocks_per_sm, plan.sm_count);
+    }
     return 2 * plan.layout + (plan.splits > 1);
 }
 
