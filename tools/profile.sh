@@ -7,6 +7,9 @@
 # usage: bash tools/profile.sh BINARY [harness args...]
 #   KERNELS=N profiles the first N kernels (a call that launches more than one, as step 14's
 #   backward its prep, main and convert kernels, needs KERNELS=N); each gets its own block.
+#   KERNEL_REGEX=RE profiles only the kernels whose names match RE (another program's kernel:
+#   BINARY may be a script that takes the harness's --iters, --warmup and --check, as
+#   reference/sdpa.py does).
 set -uo pipefail
 bin=$1; shift
 NCU=${NCU:-$(command -v ncu || true)}
@@ -37,7 +40,7 @@ for r in wait short_scoreboard long_scoreboard barrier math_pipe_throttle mio_th
 done
 out=$(mktemp)
 # --clock-control none: measure the GPU at the clocks it runs at, never pin or change them.
-"$NCU" --clock-control none --launch-count "${KERNELS:-1}" --metrics "$metrics" --csv "$bin" --iters 1 --warmup 0 --check off "$@" >"$out" 2>&1
+"$NCU" --clock-control none ${KERNEL_REGEX:+--kernel-name "regex:$KERNEL_REGEX"} --launch-count "${KERNELS:-1}" --metrics "$metrics" --csv "$bin" --iters 1 --warmup 0 --check off "$@" >"$out" 2>&1
 rc=$?
 if grep -q "ERR_NVGPUCTRPERM" "$out"; then
   echo "error: ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root or allow profiling for all users"; rm -f "$out"; exit 2
