@@ -33,7 +33,7 @@ for what in "$@"; do
   case $what in
     branch13)
       stage "gpu_matrix, every step"
-      build/tests/gpu_matrix build/step*/libfa2.so >"$log/gpu-matrix.log" 2>&1; rc=$?
+      build/tests/gpu_matrix $(ls build/step*/libfa2.so | grep -v step00) >"$log/gpu-matrix.log" 2>&1; rc=$?  # step 00 is the CPU
       stage "  exit $rc: $(tail -n 1 "$log/gpu-matrix.log"); step 13: $(grep -c '^PASS 13_' "$log/gpu-matrix.log") PASS $(grep -c '^FAIL 13_' "$log/gpu-matrix.log") FAIL"
       grep '^FAIL' "$log/gpu-matrix.log" | head -n 20 | tee -a "$log/progress.txt"
       [ "$(grep -c '^FAIL 13_' "$log/gpu-matrix.log")" = 0 ] && [ "$(grep -c '^PASS 13_' "$log/gpu-matrix.log")" -gt 0 ] && touch "$log/branch13.ok"

@@ -8,6 +8,8 @@
 #             samples (tools/sass_stalls.py), beside run 86's stalls14.txt and profile14.log
 #   decode    make compare SHAPES=decode (the README's decode table)
 #   mutants   MUTANT_STEPS="13 14" tests/mutants.sh
+# It runs in the work tree itself, so a device call made while it runs syncs the tree over the
+# files it writes under results/ (what that cost run 87: README.md); later scripts use a copy.
 # usage: bash results/2026-11-24-h100-r22/run87.sh LOGDIR STAGE...  (on the GPU machine, from the repo root)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
