@@ -1065,6 +1065,10 @@ int main(int argc, char **argv)
         if (!step_abi_load(&steps[s].abi, argv[s + 1])) {
             fprintf(stderr, "error: cannot load the fa2 ABI from %s: %s\n", argv[s + 1], dlerror());
             return 1;
+        } else if (strncmp(steps[s].abi.name(), "00_", 3) == 0) {
+            /* step 00's ABI takes host pointers: the matrix's device buffers would crash it */
+            fprintf(stderr, "error: gpu_matrix: %s is step 00, the CPU step (allowed: the GPU steps' libraries)\n", argv[s + 1]);
+            return 2;
         }
     fa2_device_info dev;
     if (fa2_device_open(&dev, "the GPU matrix")) {
