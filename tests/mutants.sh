@@ -15,8 +15,13 @@
 # the same mutants too, to show which of them it let through.
 # usage: bash tests/mutants.sh [--against COMMIT]     (on a GPU machine)
 #   MUTANT_STEPS="08 14" bash tests/mutants.sh: only the mutants of those steps
+#   MUTANT_JOBS=N: N matrices at a time (default 3; each is mostly the CPU's fp64 reference)
+#   FA2_TEST_FAIL_LIMIT=1: each matrix stops at its first failing case (test_util.h), which
+#     is all a mutant needs; the failing-case counts then say 1 (leave it unset with --against)
 set -uo pipefail
 cd "$(dirname "$0")/.."
+jobs=${MUTANT_JOBS:-3}
+[[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "error: MUTANT_JOBS '$jobs' is not allowed (allowed: a whole number from 1)" >&2; exit 2; }
 # step | mutant | text in the step's kernel | its replacement
 mutants=(
   "07|no_lazy_rescale|__any_sync(0xffffffffu, grown)|nb == 0"
@@ -66,14 +71,15 @@ for m in "${mutants[@]}"; do
   libs+=("build/variants/mutant-$mutant/libfa2.so")
 done
 wait
-# run_matrix MATRIX LOG: MATRIX on every mutant's library, one process each, three at a
-# time; the logs go one after the other into LOG, each ending "# exit N", N the matrix's
-# exit status (a mutant that makes the step divide by zero or fault ends it by a signal).
+# run_matrix MATRIX LOG: MATRIX on every mutant's library, one process each, MUTANT_JOBS
+# at a time (a new one starts as soon as one ends); the logs go one after the other into LOG,
+# each ending "# exit N", N the matrix's exit status (a mutant that makes the step divide by
+# zero or fault ends it by a signal).
 run_matrix() {
   local i
   for ((i = 0; i < ${#libs[@]}; i++)); do
+    while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
     { "$1" "${libs[$i]}" >"$2.$i" 2>&1; echo "# exit $? ${libs[$i]}" >>"$2.$i"; } &
-    (( i % 3 == 2 )) && wait
   done
   wait
   for ((i = 0; i < ${#libs[@]}; i++)); do cat "$2.$i"; rm -f "$2.$i"; done >"$2"

@@ -96,6 +96,7 @@ for args in "${bad_inputs[@]}"; do
 done
 expect_error 2 "step 00 refuses --dim 300" build/step00/fa2 --dim 300
 expect_error 2 "the GPU matrix refuses step 00's CPU library" build/tests/gpu_matrix build/step00/libfa2.so
+expect_error 2 "a test program refuses FA2_TEST_FAIL_LIMIT=x" env FA2_TEST_FAIL_LIMIT=x build/tests/test_checker
 # --csv is opened before any work: a path that cannot be written stops a large run at once.
 start=$(date +%s)
 expect_error 2 "an unwritable --csv stops the run before any work" build/step00/fa2 --seqlen 16384 --csv "$LOG/no-such-dir/x.csv"

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "../common/harness.h"
@@ -15,9 +16,29 @@
 
 static int test_failures;
 
+/* FA2_TEST_FAIL_LIMIT=N (a whole number, 1 or more): a test program stops, exit 1, at its
+ * Nth failing case; unset or empty, it runs every case. tests/mutants.sh passes it on, so a
+ * mutant's matrix can stop at the failure that catches it instead of running on. */
+static inline int test_fail_limit(void)
+{
+    static int limit = -1;
+    if (limit < 0) {
+        const char *env = getenv("FA2_TEST_FAIL_LIMIT");
+        char *end = NULL;
+        const long n = env && *env ? strtol(env, &end, 10) : 0;
+        if (env && *env && (*end != '\0' || n < 1 || n > 1000000000)) {
+            fprintf(stderr, "error: FA2_TEST_FAIL_LIMIT '%s' is not allowed (allowed: a whole number from 1, or unset)\n", env);
+            exit(2);
+        }
+        limit = (int)n;
+    }
+    return limit;
+}
+
 /* Prints PASS or FAIL with the formatted case name (and detail on failure). */
 static inline void report(int ok, const char *detail, const char *fmt, ...)
 {
+    const int fail_limit = test_fail_limit(); /* read (and checked) before the first line */
     va_list ap;
     va_start(ap, fmt);
     fputs(ok ? "PASS " : "FAIL ", stdout);
@@ -27,6 +48,10 @@ static inline void report(int ok, const char *detail, const char *fmt, ...)
     putchar('\n');
     fflush(stdout);
     test_failures += !ok;
+    if (!ok && fail_limit > 0 && test_failures >= fail_limit) {
+        printf("# stopped at failing case %d (FA2_TEST_FAIL_LIMIT=%d)\n", test_failures, fail_limit);
+        exit(1);
+    }
 }
 
 /* One step's shared library, through the fa2.h ABI. */
