@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Run 89 (prepared): the checks that need a GPU for the branches left ready, in one call.
+# Each branch's files differing from main are laid over a copy of the tree (on this machine,
+# before the device call, from the repo root; .ab-base/ is ignored by git and carried):
+#   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/30-tile-fill wip/28-occupancy-once wip/30-clean-flush
+# then on the GPU machine, in a process session of its own (the device call's end kills others):
+#   mkdir -p build && setsid nohup bash results/2026-11-24-h100-r22/run89.sh build/run89 STAGE... >build/run89.out 2>&1 </dev/null &
+#   probe          bandwidth_ceiling at 128, 256 and 1024 MiB after no flush, the timing's
+#                  write flush and a read flush (the lead on docs/measurements/13_split_kv.md)
+#   branch=NAME:NN the overlay .ab-base/NAME (a branch name with / turned to -) over a copy of
+#                  the tree: build/tests/gpu_matrix on its step NN, then tools/ab.sh, 3 rounds,
+#                  main's step NN against it at NN's set (13: decode; 14: backward --backward)
+#   decode=NAME    make compare SHAPES=decode in overlay NAME's copy ("main": the tree as it is)
+# Everything runs in copies under build/ (a device call's sync rewrites the work tree).
+# usage: bash results/2026-11-24-h100-r22/run89.sh LOGDIR STAGE...
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+if [ "${1:-}" = --overlays ]; then
+  shift
+  for b in "$@"; do
+    dir=.ab-base/${b//\//-}; rm -rf "$dir"; mkdir -p "$dir"
+    for f in $(git diff --name-only main..."$b"); do  # what $b changed since it left main
+      if git cat-file -e "$b:$f" 2>/dev/null; then mkdir -p "$dir/$(dirname "$f")"; git show "$b:$f" >"$dir/$f"; fi
+    done
+    echo "$dir: $(find "$dir" -type f | wc -l) files from $b"
+  done
+  exit 0
+fi
+log=$(realpath -m "${1:?usage: run89.sh LOGDIR STAGE...}"); shift
+mkdir -p "$log"
+stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
+stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
+copy_of() { # copy_of NAME: build/tree-NAME, the tree with overlay NAME (none for main), built
+  local dst=build/tree-$1
+  [ -f "$dst/.built" ] && { echo "$dst"; return; }
+  rm -rf "$dst" && mkdir -p "$dst"
+  tar --exclude=./build --exclude=./.ab-base -cf - . | tar -xf - -C "$dst"
+  [ "$1" = main ] || cp -r ".ab-base/$1/." "$dst/"
+  (cd "$dst" && make -s -j16 all >"$log/build-$1.log" 2>&1) && touch "$dst/.built"
+  echo "$dst"
+}
+for what in "$@"; do
+  case $what in
+    probe)
+      tree=$(copy_of main)
+      for b in 134217728 268435456 1073741824; do for f in none write read; do
+        "$tree"/build/reference/bandwidth_ceiling --bytes $b --flush $f 2>&1 | tee -a "$log/probe.log"
+      done; done
+      stage "probe: done" ;;
+    branch=*:*)
+      spec=${what#branch=}; name=${spec%%:*}; step=${spec##*:}
+      main_tree=$(copy_of main); tree=$(copy_of "$name")
+      stage "branch $name, step $step: built ($(wc -l <"$log/build-$name.log") lines of build output)"
+      "$tree"/build/tests/gpu_matrix "$tree/build/step$step/libfa2.so" >"$log/matrix-$name.log" 2>&1
+      stage "  gpu_matrix exit $?: $(grep -c "^PASS ${step}_" "$log/matrix-$name.log") PASS $(grep -c "^FAIL ${step}_" "$log/matrix-$name.log") FAIL"
+      set=$([ "$step" = 14 ] && echo "backward --backward" || echo decode)
+      (cd "$tree" && bash tools/ab.sh "$log/ab-$name.csv" 3 "$set" main="$main_tree/build/step$step/fa2" new="build/step$step/fa2") \
+        >"$log/ab-$name.log" 2>&1
+      stage "  ab exit $?"; grep -A40 '^medians' "$log/ab-$name.log" | tee -a "$log/progress.txt"
+      gzip -f "$log/matrix-$name.log" ;;
+    decode=*)
+      name=${what#decode=}; tree=$(copy_of "$name")
+      (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
+        PYTHONUNBUFFERED=1 make -s compare SHAPES=decode) >"$log/compare-decode-$name.log" 2>&1
+      stage "decode compare ($name): exit $?"
+      mkdir -p "$log/decode-$name"; cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$tree"/results/bandwidth-*.csv "$log/decode-$name/" 2>/dev/null ;;
+    *) stage "unknown stage $what" ;;
+  esac
+done
+stage "done"
