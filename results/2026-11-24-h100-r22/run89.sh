@@ -31,7 +31,7 @@ mkdir -p "$log"
 stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
 stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
 copy_of() { # copy_of NAME: build/tree-NAME, the tree with overlay NAME (none for main), built
-  local dst=build/tree-$1
+  local dst=$PWD/build/tree-$1
   [ -f "$dst/.built" ] && { echo "$dst"; return; }
   rm -rf "$dst" && mkdir -p "$dst"
   tar --exclude=./build --exclude=./.ab-base -cf - . | tar -xf - -C "$dst"
