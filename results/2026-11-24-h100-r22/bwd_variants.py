@@ -6,8 +6,8 @@ the kernel exactly once, or nothing is written. The output is build/ab/14_NAME.c
 
   make variant step=14 NAME=NAME SRC=build/ab/14_NAME.cu
 
-usage: python3 results/2026-11-24-h100-r22/bwd_variants.py [NAME ...]   (default: the four timed)
-       python3 results/2026-11-24-h100-r22/bwd_variants.py --list          (the four timed)
+usage: python3 results/2026-11-24-h100-r22/bwd_variants.py [NAME ...]   (default: the five timed)
+       python3 results/2026-11-24-h100-r22/bwd_variants.py --list          (the five timed)
        python3 results/2026-11-24-h100-r22/bwd_variants.py dq_before_dk red_v4   (built and read, not timed)
 
 What the profiles say (B4 H16 N4096 d128 fp16 non-causal, H100; run 86 step 14, run 87 torch's
@@ -46,7 +46,7 @@ CSVs, run86-src14.csv.gz and run87-srcfa2.csv.gz):
     LDSM and STS at its ideal). So they are not address conflicts. Arbitration with the
     REDG's L1 traffic is one candidate, not shown.
 
-The variants (run 88 times these four; `walk` and the red forms touch different lines):
+The variants (run 88 times these five; `walk`, the red forms and the staging touch different lines):
   walk         the walk's position (query head h, first row m0) carried from step to step, the
                next one compare away, instead of s / per_head and s % per_head at each use.
                Targets the loop head, and with it the spill.
@@ -62,6 +62,23 @@ The variants (run 88 times these four; `walk` and the red forms touch different 
                stay rows: any seqlen_q, the deterministic partials and the prep kernel's zeroing
                work as before. The convert kernel reads each chunk back as four 8-byte pairs.
                sm_80-89 keep the natural order and scalar atomics.
+  walk_smem_dq walk, and dQ through a shared-memory staging tile, for FA2's access pattern on every
+               architecture with the workspace's layout unchanged: each warp stores its chunk's C
+               fragments (8-byte STS; staged rows are D + 8 floats, so a half-warp's 4 rows start
+               0, 8, 16, 24 banks apart: no conflict), the 4 warps of each query half meet at a
+               named barrier (bar.sync 1 or 2, 128 threads; they alone write and read those rows),
+               and each reads back 8 whole rows and adds them with one instruction per 32
+               consecutive floats of a row, one line (sm_80-89, red.global.add.f32), or per 128, a
+               whole d128 row or two d64 rows, 4 lines (sm_90, red.global.add.v4.f32, 16-byte
+               aligned: the workspace is, rows are D floats, lane l's column 4 l). dQ's product
+               and its reductions come before dV and dK in the source, so that they drain under
+               those 128 mma as in s14's unmasked step; the masked step gets the same order. The
+               staged tile (BwdWideStaged) takes 34 KB more at d128 (194 KB) and 18 KB at d64 (114
+               KB): the launcher takes it where it fits (H100, H200; the A100 at d64), else BwdWide
+               or BwdNarrow, unchanged (their SASS is walk's), so the A100 at d128 and the 99 KB
+               GPUs keep the fragments' atomics. test_dq_staging.py (beside this script) checks the
+               mapping lane by lane: every element stored and read back once, conflict-free,
+               barrier groups, whole lines per instruction.
 Not timed: dq_before_dk (dK's product after dQ's atomics in the source). The unmasked step's SASS
 keeps its shape: 192 HMMA before the first REDG and 125 after the last, against 191 and 128.
 Only the masked step changes, with 64 HMMA after its atomics instead of 0. The masked steps are
@@ -84,17 +101,33 @@ between the loop's labels. Spills are `-Xptxas -v` bytes stored / loaded. LDL co
   walk_red_v4    255    4/4                  1037   320   144   8 (x4)    1   0           1266     8    1   0
   dq_before_dk   255   24/32                 1106   320   144  32         7   0           1428    32    6   0
   red_v4         255   32/36                 1100   320   144   8 (x4)    8   1           1369     8    8   2
+  walk_smem_dq   255    0/0                  1013   320   144   8 (x4)    0   0           1339     8    0   0
 walk_red_v4's step is 24 instructions longer than walk_red_v2's, though it has 8 REDG fewer:
 27 IMAD.MOV.U32 gather each REDG.F32x4's four values into an aligned register quad, because
-c0, c1 of two d-tiles sit in two HMMA accumulator quads. The d64 kernel (B4 H16 N4096 d64;
+c0, c1 of two d-tiles sit in two HMMA accumulator quads. walk_smem_dq's row is its staged kernel
+(BwdWideStaged, fa2_bwd_kernel<__half, 128, BwdWideStaged, 2>, the one the H100 runs): against
+walk's step it adds 16 STS.64 (the fragments) and 8 LDS.128 (the rows) and 2 BAR.SYNC (the two
+named barriers, predicated, a warp takes one), and trades 32 REDG for 8 REDG.F32x4: 14
+instructions fewer (masked: 1 more). In the SASS the 8 REDG follow the named barrier, mixed
+with the first LDSM and HMMA of dV and dK: 192 HMMA before the first, 126 after the last (the
+masked step 128, where walk's has 0). Its unstaged kernels are walk's, instruction for
+instruction. The d64 kernel (B4 H16 N4096 d64;
 160 HMMA, 88 LDSM a step, no spills in any variant) has, for s14 / walk / red_v2 / walk_red_v2 /
-walk_red_v4, 795 / 739 / 777 / 721 / 731 instructions a step and 16 / 16 / 8 / 8 / 4 REDG.
+walk_red_v4, 795 / 739 / 777 / 721 / 731 instructions a step and 16 / 16 / 8 / 8 / 4 REDG;
+walk_smem_dq's staged d64 kernel 733 and 4 REDG.F32x4 (8 STS.64, 4 LDS.128; 224 registers).
 L1 tag requests and L2 sectors of the dQ atomics per warp and step. s14 and FA2 are measured;
 the variants' numbers are worked out from their address patterns:
-  s14 256 and 256; red_v2 128 and 128; red_v4 forms 64 and 128; FA2 32 and 128.
+  s14 256 and 256; red_v2 128 and 128; red_v4 forms 64 and 128; FA2 32 and 128; walk_smem_dq 32
+  and 128 (8 instructions of 4 lines on sm_90, 32 of 1 line before).
 The other architectures (make variant ARCH="80 86 89 90"), bytes stored by the kernels those GPUs
 run, s14 / walk / red_v2 / walk_red_v2 / walk_red_v4: sm_80 wide tile d128 4 / 4 / 4 / 4 / 0;
 sm_86 and sm_89 narrow tile d128 8 / 0 / 12 / 0 / 0; no d64 kernel spills in any of them.
+walk_smem_dq on sm_80 (ARCH=80): its staged kernels use 255 registers and 4 / 4 bytes of spill at
+d128 (walk's wide kernel's; no sm_80-family GPU has the 194 KB to launch it: the A100 runs the
+unstaged wide kernel, walk's) and 232 registers, no spill, at d64 (the A100 runs it). Their steps:
+1111 instructions at d128 (walk 1051; 16 STS.64, 32 LDS.32, 32 RED of one line each) and 757 at
+d64 (walk 741; 16 RED). Its unstaged kernels are walk's on sm_80 and sm_90 (registers, spill,
+instructions).
 
 Predictions for the backward rows of tools/ab.sh (the whole fa2_backward call; step 14 at
 B4 H16 N4096 d128 fp16 was 6.597 ms in run 85c, 6.47 ms of it the main kernel). The model:
@@ -112,11 +145,26 @@ give, and the low end assumes half of it is refilled by other stalls.
                ms); if L2 sectors bound it, 1/2, as red_v2. So walk_red_v4 beating walk_red_v2
                says the L1 side bounded it, and a tie says the L2 side did. Its 27 IMAD.MOV cost
                issue slots, and issue is 19.6% active.
+  walk_smem_dq 5% to 29% faster (6.60 -> 4.7-6.2 ms), and 4.7-5.0 ms if the address pattern is
+               the whole burst, as the profiles' reading says. Its reductions are FA2's traffic, 32
+               tag requests and 128 sectors per warp and step (s14 256 and 256), so the burst's 2.1
+               ms falls by 7/8 (1.84 ms) if the L1 side bounds it (lg_throttle, the larger part of
+               its samples, points there), by 1/2 (1.05 ms) if L2 sectors do; walk adds its 0.13-0.20
+               ms. The staging costs 64 more shared-memory wavefronts per warp and step (16 STS.64
+               x 2, 8 LDS.128 x 4: +10.5% on the step's 608), a 4-warp barrier, and 34 KB (one
+               block per SM still), counted as 0.1-0.3 ms. Top: 6.60 - 0.20 - 1.84 + 0.1 = 4.66;
+               bottom: 6.60 - 0.13 - 1.05 / 2 + 0.3 = 6.24. Against walk_red_v4 (the same 128
+               sectors and 8 REDG.F32x4, twice the tag requests, no staging): ahead by more than
+               0.1 ms says the L1 tag requests bound the burst; behind, that the staging costs more
+               than halving walk_red_v4's tag requests saves. Its main kernel (the call less about
+               0.13 ms of prep and convert) within 0.3 ms of FA2's 4.47 ms says the address pattern
+               was the difference, not the work split or the schedule.
 The same percentages hold at every backward shape: d64 has the same 1 REDG per 10 HMMA, and the
 causal and GQA shapes run the same unmasked step (causal masks 64 of 1,056 steps).
 B2 H8 N1024 (0.14 ms, 16 steps per block) gains less, because its launch and prologue weigh
-more. None of these reaches FA2: 4.47 ms needs one line per REDG, as FA2's order gives, plus a
-step of about 1,016 instructions.
+more. Of the first four, none reaches FA2: 4.47 ms needs one line per REDG, as FA2's order gives,
+plus a step of about 1,016 instructions; walk_smem_dq has both (1,013), and pays for the staging.
+On sm_80-89 only the A100 at d64 runs the staged kernel; run 88 (an H100) does not time it.
 """
 import os
 import sys
@@ -286,11 +334,226 @@ WALK_CALL_NEW = """        const int m0 = pos.m0;
 WALK = [(WALK_DEF_OLD, WALK_DEF_NEW), (WALK_ISSUE_OLD, WALK_ISSUE_NEW), (WALK_FIRST_OLD, WALK_FIRST_NEW), (WALK_QSTEP_OLD, WALK_QSTEP_NEW),
         (WALK_LOOP_OLD, WALK_LOOP_NEW), (WALK_NEXT_OLD, WALK_NEXT_NEW), (WALK_CALL_OLD, WALK_CALL_NEW)]
 
+# ---- dQ's atomics staged through shared memory: whole lines of one row per instruction -------
+SD_TILE_OLD = """    static constexpr int WARPS = WARPS_, THREADS = WARPS * 32, BLOCK_M = BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
+"""
+SD_TILE_NEW = """    static constexpr int WARPS = WARPS_, THREADS = WARPS * 32, BLOCK_M = BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
+    static constexpr bool STAGE_DQ = false;  // dQ's atomics straight from the C fragments (BwdWideStaged: through shared memory)
+"""
+SD_TYPES_OLD = """using BwdNarrow = BwdTile<4, 64>;
+"""
+SD_TYPES_NEW = """using BwdNarrow = BwdTile<4, 64>;
+// The wide tile with dQ's atomics staged through shared memory (the kernel's dQ section says
+// how): a [BLOCK_M][D + DQ_STAGE_PAD] fp32 tile after dS, 34 KB more at d128 (194 KB: H100 and
+// H200, not the A100's 163 KB) and 18 KB at d64 (114 KB: A100, H100, H200, not the 99 KB GPUs).
+// The launcher takes it wherever it fits, else BwdWide as before. The narrow tile never stages:
+// it runs only where the wide one does not fit, the 99 KB GPUs at d128, and its 80 KB and 34 KB
+// more would not fit there either, so it keeps the fragments' atomics (the choice is static, by
+// tile type; BwdWide and BwdNarrow compile as before).
+constexpr int DQ_STAGE_PAD = 8;  // floats after each staged row: rows start 8 banks apart (the dQ section)
+struct BwdWideStaged : BwdTile<8, 128> {
+    static constexpr bool STAGE_DQ = true;
+};
+// Floats per dQ reduction lane: red.global.add.v4.f32 on sm_90 and newer (PTX ISA 8.1), one float
+// before (no vector red).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int DQ_RED_VEC = 4;
+#else
+constexpr int DQ_RED_VEC = 1;
+#endif
+"""
+SD_SMEM_OLD = """// Shared memory of one block: K_j and V_j [BLOCK_N][D], STAGES buffers each of Q_i and
+// dO_i [BLOCK_M][D], then P and dS [BLOCK_M][BLOCK_N].
+template <typename C, int D, int STAGES>
+constexpr int bwd_smem_bytes() { return (2 * C::BLOCK_N + 2 * STAGES * C::BLOCK_M) * D * 2 + 2 * C::BLOCK_M * C::BLOCK_N * 2; }
+"""
+SD_SMEM_NEW = """// Shared memory of one block: K_j and V_j [BLOCK_N][D], STAGES buffers each of Q_i and
+// dO_i [BLOCK_M][D], then P and dS [BLOCK_M][BLOCK_N]; a tile that stages dQ adds its fp32
+// staging tile [BLOCK_M][D + DQ_STAGE_PAD].
+template <typename C, int D, int STAGES>
+constexpr int bwd_smem_bytes()
+{
+    return (2 * C::BLOCK_N + 2 * STAGES * C::BLOCK_M) * D * 2 + 2 * C::BLOCK_M * C::BLOCK_N * 2 +
+           (C::STAGE_DQ ? C::BLOCK_M * (D + DQ_STAGE_PAD) * 4 : 0);
+}
+static_assert(bwd_smem_bytes<BwdWideStaged, 128, 2>() == 194 * 1024 && bwd_smem_bytes<BwdWideStaged, 64, 2>() == 114 * 1024,
+              "the staged wide tile's sizes BwdWideStaged's comment quotes (and the GPUs it fits)");
+"""
+SD_HELPER = """// Named barrier ID (1 to 15: 0 is __syncthreads') for THREADS threads, a multiple of 32: the
+// warps that stage one query half's dQ rows and read them back. Orders their shared-memory
+// stores before their loads, as __syncthreads does for the whole block. The operands are
+// immediates: with an id in a register ptxas reserves all 16 barriers.
+template <int ID, int THREADS>
+__device__ __forceinline__ void named_barrier_sync()
+{
+    static_assert(ID >= 1 && ID <= 15 && THREADS % 32 == 0, "a named barrier other than __syncthreads' 0, for whole warps");
+    asm volatile("bar.sync %0, %1;\\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
+// dst[0..3] += v, the result unused: one red.global.add.v4.f32 (sm_90 and newer, PTX ISA 8.1;
+// REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU, the rounding and scope of the scalar red.global.add.f32
+// that atomicAdd compiles to), each float atomic by itself. dst must be 16-byte aligned: the
+// workspace is (fa2_validate_workspace), rows are D floats, and a lane's column is a multiple of 4.
+__device__ __forceinline__ void red_add_v4(float *dst, float4 v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\\n" ::"l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+#else
+    atomicAdd(dst, v.x), atomicAdd(dst + 1, v.y), atomicAdd(dst + 2, v.z), atomicAdd(dst + 3, v.w);
+#endif
+}
+
+"""
+SD_ASSERT_OLD = """    static_assert(STAGES == 1 || STAGES == 2, "Q and dO single- or double-buffered");
+"""
+SD_ASSERT_NEW = """    static_assert(STAGES == 1 || STAGES == 2, "Q and dO single- or double-buffered");
+    // dQ staged (C::STAGE_DQ; the dQ section below): the staging tile's rows and the reductions.
+    constexpr int DQ_STAGE_COLS = D + DQ_STAGE_PAD;                     // floats per staged row
+    constexpr int DQ_READ_ROWS = BWD_WARP_ROWS / C::Q_WARPS_D;          // rows of its query half a warp reads back
+    constexpr int DQ_SEG = 32 * DQ_RED_VEC;                             // floats per reduction instruction
+    static_assert(!C::STAGE_DQ || (D % 32 == 0 && DQ_STAGE_COLS % 32 == 8),
+                  "staged dQ rows are whole 128-byte lines, and a staged row starts 8 banks after the one above, so a half-warp's 8-byte fragment stores (4 rows x 32 bytes) meet 32 different banks");
+    static_assert(!C::STAGE_DQ || BWD_WARP_ROWS % C::Q_WARPS_D == 0, "every warp of a query half reads back the same number of whole rows");
+    static_assert(!C::STAGE_DQ || DQ_SEG % D == 0 || D % DQ_SEG == 0,
+                  "a reduction instruction covers whole rows or an even part of one, so its rows and columns are the lane's plus constants");
+    static_assert(!C::STAGE_DQ || DQ_READ_ROWS * D % DQ_SEG == 0, "a warp's rows are whole reduction instructions");
+    static_assert(!C::STAGE_DQ || C::Q_WARPS_M == 2, "two query halves of dQ, two named barriers (1 and 2; 0 is __syncthreads')");
+"""
+SD_PTR_OLD = """    uint16_t *ds_smem = p_smem + BLOCK_M * BLOCK_N;
+"""
+SD_PTR_NEW = """    uint16_t *ds_smem = p_smem + BLOCK_M * BLOCK_N;
+    [[maybe_unused]] float *dq_stage = reinterpret_cast<float *>(ds_smem + BLOCK_M * BLOCK_N);  // [BLOCK_M][DQ_STAGE_COLS] fp32 (C::STAGE_DQ)
+"""
+SD_DVDK_OLD = """        // dV_j += P^T dO_i and dK_j += dS^T Q_i: the warp's 32 keys x KV_COLS columns, the
+        // step's BLOCK_M queries as k.
+        keys_times_queries(dv_acc, p_saddr, dos_saddr);
+        keys_times_queries(dk_acc, ds_saddr, qs_saddr);
+"""
+SD_DVDK_NEW = """        // dV_j += P^T dO_i and dK_j += dS^T Q_i: the warp's 32 keys x KV_COLS columns, the
+        // step's BLOCK_M queries as k. (Staged dQ: after dQ, below, so that its reductions drain
+        // under these 128 mma, as ptxas schedules the unstaged kernel's unmasked step.)
+        if constexpr (!C::STAGE_DQ) {
+            keys_times_queries(dv_acc, p_saddr, dos_saddr);
+            keys_times_queries(dk_acc, ds_saddr, qs_saddr);
+        }
+"""
+SD_OUT_OLD = """#pragma unroll
+            for (int mt = 0; mt < M_TILES; mt++) {
+                const int q_lo = dq_q0 + mt * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
+                float *dq_lo = dq_ws + (row0 + q_lo) * D + dq_d0 + col0 + 2 * t, *dq_hi = dq_lo + 8 * D;
+                const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
+#pragma unroll
+                for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
+                    const int col = dt * MMA_N;
+                    // into the sum every key block adds to (or this split's partial): the result
+                    // unused, so RED, not ATOM
+                    if (lo_in) atomicAdd(dq_lo + col, dq_acc[mt][dt][0]), atomicAdd(dq_lo + col + 1, dq_acc[mt][dt][1]);
+                    if (hi_in) atomicAdd(dq_hi + col, dq_acc[mt][dt][2]), atomicAdd(dq_hi + col + 1, dq_acc[mt][dt][3]);
+                }
+            }
+        }
+    };
+"""
+SD_OUT_NEW = """            if constexpr (C::STAGE_DQ) {
+                // The chunk's C fragments into the staging tile at their rows and columns: lane
+                // 4g + t's c0, c1 (c2, c3) at row g (g + 8) of the m-tile, columns 2t, 2t + 1 of
+                // the d-tile, one 8-byte store each (bank arithmetic below).
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++)
+#pragma unroll
+                    for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
+                        float *frag = dq_stage + (dq_q0 + mt * MMA_M + g) * DQ_STAGE_COLS + dq_d0 + col0 + dt * MMA_N + 2 * t;
+                        *reinterpret_cast<float2 *>(frag) = make_float2(dq_acc[mt][dt][0], dq_acc[mt][dt][1]);
+                        *reinterpret_cast<float2 *>(frag + 8 * DQ_STAGE_COLS) = make_float2(dq_acc[mt][dt][2], dq_acc[mt][dt][3]);
+                    }
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    const int q_lo = dq_q0 + mt * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
+                    float *dq_lo = dq_ws + (row0 + q_lo) * D + dq_d0 + col0 + 2 * t, *dq_hi = dq_lo + 8 * D;
+                    const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
+#pragma unroll
+                    for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
+                        const int col = dt * MMA_N;
+                        // into the sum every key block adds to (or this split's partial): the result
+                        // unused, so RED, not ATOM
+                        if (lo_in) atomicAdd(dq_lo + col, dq_acc[mt][dt][0]), atomicAdd(dq_lo + col + 1, dq_acc[mt][dt][1]);
+                        if (hi_in) atomicAdd(dq_hi + col, dq_acc[mt][dt][2]), atomicAdd(dq_hi + col + 1, dq_acc[mt][dt][3]);
+                    }
+                }
+            }
+        }
+
+        // Staged dQ: each query half's rows read back whole and added to the workspace with
+        // FlashAttention-2's access pattern, one instruction per 32 consecutive floats of one row
+        // (sm_80-89: red.global.add.f32, one 128-byte line, 4 full sectors) or per 128 (sm_90:
+        // red.global.add.v4.f32, a whole d128 row or two whole d64 rows, 4 lines, 16 sectors),
+        // where the fragments' atomics above touch 8 rows x 16 bytes (8 lines, 8 sectors) per
+        // instruction. The workspace's layout does not change.
+        //  - Banks. A staged row is D + 8 floats (D a multiple of 32), so row r starts 8 r banks
+        //    on, mod 32. The fragment stores are 8 bytes a lane, served a half-warp at a time:
+        //    lanes 16h .. 16h + 15 are rows g = 4h .. 4h + 3 (relative to a multiple of 8),
+        //    starting 8 g mod 32 = 0, 8, 16, 24 banks on, and 8 bytes at column 2t of one 8-column
+        //    d-tile: banks 8 (g mod 4) + 2t + e plus a constant, 32 different ones, 2 wavefronts
+        //    for 256 bytes, the minimum (with no padding all four rows start at one bank: 4-way).
+        //    The reads: lane l takes DQ_RED_VEC floats at column DQ_RED_VEC l of its row segment;
+        //    a 16-byte load is served 8 lanes at a time, each 8 lanes 128 contiguous bytes of one
+        //    row, and a 4-byte load's 32 lanes read 128 contiguous bytes: 32 banks, the minimum.
+        //  - Sync. Rows dq_q0 .. dq_q0 + 31 of the tile are written by the Q_WARPS_D warps of this
+        //    dq_q0 (warp % Q_WARPS_M) and read back by the same warps, whole rows, of which each
+        //    warp wrote Q_COLS columns only, so those warps meet at named barrier 1 + warp %
+        //    Q_WARPS_M (1 or 2), Q_WARPS_D x 32 threads (4 warps of the wide tile), not the whole block;
+        //    __syncwarp would not order the other warps' stores. The tile is written next in the
+        //    next step, after the loop's __syncthreads, which every read of this step precedes.
+        //  - Rows. Warp w of the half reads rows DQ_READ_ROWS (w / Q_WARPS_M) on; instruction i
+        //    covers the DQ_SEG floats from i DQ_SEG of them, lane l the DQ_RED_VEC from
+        //    DQ_RED_VEC l: row and column are the lane's plus constants. Rows past seqlen_q add
+        //    nothing (the masked step), as before; the deterministic mode's partial is dq_ws.
+        if constexpr (C::STAGE_DQ) {
+            if (warp % C::Q_WARPS_M == 0) named_barrier_sync<1, C::Q_WARPS_D * 32>();
+            else named_barrier_sync<2, C::Q_WARPS_D * 32>();
+            const int lane_row = lane * DQ_RED_VEC / D, lane_col = lane * DQ_RED_VEC % D;
+            const int my_row = dq_q0 + warp / C::Q_WARPS_M * DQ_READ_ROWS + lane_row;  // the lane's first row of the step
+            const float *src = dq_stage + my_row * DQ_STAGE_COLS + lane_col;
+            float *dst = dq_ws + (row0 + my_row) * D + lane_col;
+#pragma unroll
+            for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG; i++) {
+                const int r = i * DQ_SEG / D, c = i * DQ_SEG % D;  // the instruction's rows and columns on from the lane's
+                if (!MASKED || m0 + my_row + r < p.seqlen_q) {
+                    if constexpr (DQ_RED_VEC == 4) red_add_v4(dst + r * D + c, *reinterpret_cast<const float4 *>(src + r * DQ_STAGE_COLS + c));
+                    else atomicAdd(dst + r * D + c, src[r * DQ_STAGE_COLS + c]);
+                }
+            }
+            // dV_j += P^T dO_i and dK_j += dS^T Q_i (above for the unstaged tiles), while the
+            // reductions drain.
+            keys_times_queries(dv_acc, p_saddr, dos_saddr);
+            keys_times_queries(dk_acc, ds_saddr, qs_saddr);
+        }
+    };
+"""
+SD_LAUNCH_OLD = """    const bool wide = bwd_blocks_per_sm<T, D, BwdWide, 2>(l) > 0;
+"""
+SD_LAUNCH_NEW = """    // The wide tile with dQ staged where it fits (BwdWideStaged: H100 and H200; A100 at d64 too),
+    // asked first so that those GPUs ask once, as before.
+    const bool staged = bwd_blocks_per_sm<T, D, BwdWideStaged, 2>(l) > 0;
+    const bool wide = staged || bwd_blocks_per_sm<T, D, BwdWide, 2>(l) > 0;
+"""
+SD_RUN_OLD = """    const int rc = wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream) : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
+"""
+SD_RUN_NEW = """    const int rc = staged ? launch_bwd_main<T, D, BwdWideStaged, 2>(a, stream)
+                   : wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream)
+                          : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
+"""
+SMEM_DQ = [(SD_TILE_OLD, SD_TILE_NEW), (SD_TYPES_OLD, SD_TYPES_NEW), (SD_SMEM_OLD, SD_SMEM_NEW), (HELPER_ANCHOR, SD_HELPER + HELPER_ANCHOR),
+           (SD_ASSERT_OLD, SD_ASSERT_NEW), (SD_PTR_OLD, SD_PTR_NEW), (SD_DVDK_OLD, SD_DVDK_NEW), (SD_OUT_OLD, SD_OUT_NEW),
+           (SD_LAUNCH_OLD, SD_LAUNCH_NEW), (SD_RUN_OLD, SD_RUN_NEW)]
+
 VARIANTS = {
     "walk": WALK,
     "red_v2": RED_V2,
     "walk_red_v2": WALK + RED_V2,
     "walk_red_v4": WALK + RED_V4,
+    "walk_smem_dq": WALK + SMEM_DQ,
 }
 # Built and read, not timed (the reading above says why): dq_before_dk, red_v4 alone.
 EXTRA = {

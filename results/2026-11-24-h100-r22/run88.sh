@@ -6,9 +6,9 @@
 # writes its CSV straight into LOGDIR, row by row. Start it in a process session of its own, or
 # the device call's end kills it:
 #   mkdir -p build && setsid nohup bash results/2026-11-24-h100-r22/run88.sh build/run88 bwdab bwdmatrix >build/run88.out 2>&1 </dev/null &
-# Estimated on an H100 with 16 cores: the builds under a minute, bwdab about 3 to 4 minutes (5
-# contenders x 6 shapes x 3 rounds, 90 harness runs of 33 launches each), bwdmatrix 2 to 4
-# minutes (one gpu_matrix pass: each case's reference once, 4 libraries checked against it).
+# Estimated on an H100 with 16 cores: the builds under a minute, bwdab about 4 to 5 minutes (6
+# contenders x 6 shapes x 3 rounds, 108 harness runs of 33 launches each), bwdmatrix 2 to 5
+# minutes (one gpu_matrix pass: each case's reference once, 5 libraries checked against it).
 #   bwdab         the variants (bwd_variants.py -> build/ab/14_NAME.cu, `make variant`, side by
 #                 side) against step 14 as it is: tools/ab.sh, 3 rounds, the six backward shapes
 #                 of reference/shapes.txt with --backward; the medians of the rows marked "bwd"
@@ -43,7 +43,11 @@ build_variants() { # once: the sources, then the variants side by side (one nvcc
   done
   wait
   for n in $variants; do
-    stage "  variant $n: make exit $(cat "$log/variant-$n-build.rc"); fa2_bwd_kernel<__half,128,BwdTile<8,128>,2>: $(grep -A3 "fa2_bwd_kernelI6__halfLi128E7BwdTileILi8ELi128EELi2E" build/variants/"$n"/ptxas.txt |
+    # the d128 fp16 kernel the H100 runs: the wide tile, or walk_smem_dq's staged one where a variant has it
+    k='fa2_bwd_kernelI6__halfLi128E7BwdTileILi8ELi128EELi2E' kname='BwdTile<8,128>'
+    grep -q 'fa2_bwd_kernelI6__halfLi128E13BwdWideStagedLi2E' build/variants/"$n"/ptxas.txt 2>/dev/null &&
+      k='fa2_bwd_kernelI6__halfLi128E13BwdWideStagedLi2E' kname='BwdWideStaged'
+    stage "  variant $n: make exit $(cat "$log/variant-$n-build.rc"); fa2_bwd_kernel<__half,128,$kname,2>: $(grep -A3 "$k" build/variants/"$n"/ptxas.txt |
       grep -o '[0-9]* bytes spill stores\|Used [0-9]* registers' | tr '\n' ' ')"
     cp build/variants/"$n"/ptxas.txt "$log/ptxas-$n.txt" 2>/dev/null
   done
