@@ -10,7 +10,8 @@
 #   branch=NAME:NN the overlay .ab-base/NAME (a branch name with / turned to -) over a copy of
 #                  the tree: build/tests/gpu_matrix on its step NN, then tools/ab.sh, 3 rounds,
 #                  main's step NN against it at NN's set (13: decode; 14: backward --backward)
-#   decode=NAME    make compare SHAPES=decode in overlay NAME's copy ("main": the tree as it is)
+#   compare=NAME:SET  make compare SHAPES=SET (bench, decode, backward) in overlay NAME's copy
+#                  ("main": the tree as it is), its CSVs into LOGDIR/SET-NAME at once
 # Everything runs in copies under build/ (a device call's sync rewrites the work tree).
 # usage: bash results/2026-11-24-h100-r22/run89.sh LOGDIR STAGE...
 set -uo pipefail
@@ -58,12 +59,13 @@ for what in "$@"; do
         >"$log/ab-$name.log" 2>&1
       stage "  ab exit $?"; grep -A40 '^medians' "$log/ab-$name.log" | tee -a "$log/progress.txt"
       gzip -f "$log/matrix-$name.log" ;;
-    decode=*)
-      name=${what#decode=}; tree=$(copy_of "$name")
+    compare=*:*)
+      spec=${what#compare=}; name=${spec%%:*}; set=${spec##*:}; tree=$(copy_of "$name")
       (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
-        PYTHONUNBUFFERED=1 make -s compare SHAPES=decode) >"$log/compare-decode-$name.log" 2>&1
-      stage "decode compare ($name): exit $?"
-      mkdir -p "$log/decode-$name"; cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$tree"/results/bandwidth-*.csv "$log/decode-$name/" 2>/dev/null ;;
+        PYTHONUNBUFFERED=1 make -s compare SHAPES="$set") >"$log/compare-$set-$name.log" 2>&1
+      stage "compare $set ($name): exit $?"
+      mkdir -p "$log/$set-$name"
+      cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$tree"/results/bandwidth-*.csv "$log/$set-$name/" 2>/dev/null ;;
     *) stage "unknown stage $what" ;;
   esac
 done
