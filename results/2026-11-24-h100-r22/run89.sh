@@ -10,6 +10,8 @@
 #   branch=NAME:NN the overlay .ab-base/NAME (a branch name with / turned to -) over a copy of
 #                  the tree: build/tests/gpu_matrix on its step NN, then tools/ab.sh, 3 rounds,
 #                  main's step NN against it at NN's set (13: decode; 14: backward --backward)
+#   scratch=NAME   bash scratch/test.sh in overlay NAME's copy: every layout program's checks and,
+#                  on this GPU, the hardware verifiers (wip/29-hopper-bwd's verify_wgmma_backward)
 #   compare=NAME:SET  make compare SHAPES=SET (bench, decode, backward) in overlay NAME's copy
 #                  ("main": the tree as it is), its CSVs into LOGDIR/SET-NAME at once
 # Everything runs in copies under build/ (a device call's sync rewrites the work tree).
@@ -59,6 +61,11 @@ for what in "$@"; do
         >"$log/ab-$name.log" 2>&1
       stage "  ab exit $?"; grep -A40 '^medians' "$log/ab-$name.log" | tee -a "$log/progress.txt"
       gzip -f "$log/matrix-$name.log" ;;
+    scratch=*)
+      name=${what#scratch=}; tree=$(copy_of "$name")
+      (cd "$tree" && bash scratch/test.sh) >"$log/scratch-$name.log" 2>&1
+      stage "scratch ($name): exit $?: $(tail -n 1 "$log/scratch-$name.log")"
+      grep -E '^(FAIL|SKIP)' "$log/scratch-$name.log" | head -n 20 | tee -a "$log/progress.txt" ;;
     compare=*:*)
       spec=${what#compare=}; name=${spec%%:*}; set=${spec##*:}; tree=$(copy_of "$name")
       (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
