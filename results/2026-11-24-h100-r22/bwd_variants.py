@@ -169,6 +169,9 @@ On sm_80-89 only the A100 at d64 runs the staged kernel; run 88 (an H100) does n
 import os
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+import variant_src  # noqa: E402  (the one place a variant's pieces are replaced)
+
 ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 SRC = "steps/14_backward/kernel.cu"
 
@@ -437,7 +440,12 @@ SD_DVDK_NEW = """        // dV_j += P^T dO_i and dK_j += dS^T Q_i: the warp's 32
             keys_times_queries(dk_acc, ds_saddr, qs_saddr);
         }
 """
-SD_OUT_OLD = """#pragma unroll
+def one_level_deeper(text):
+    """text indented 4 more spaces, its #pragma lines left at column 0 as the kernel has them."""
+    return "".join(line if line.startswith("#") or not line.strip() else "    " + line for line in text.splitlines(True))
+
+
+DQ_ATOMICS = """#pragma unroll
             for (int mt = 0; mt < M_TILES; mt++) {
                 const int q_lo = dq_q0 + mt * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
                 float *dq_lo = dq_ws + (row0 + q_lo) * D + dq_d0 + col0 + 2 * t, *dq_hi = dq_lo + 8 * D;
@@ -451,7 +459,8 @@ SD_OUT_OLD = """#pragma unroll
                     if (hi_in) atomicAdd(dq_hi + col, dq_acc[mt][dt][2]), atomicAdd(dq_hi + col + 1, dq_acc[mt][dt][3]);
                 }
             }
-        }
+"""
+SD_OUT_OLD = DQ_ATOMICS + """        }
     };
 """
 SD_OUT_NEW = """            if constexpr (C::STAGE_DQ) {
@@ -467,21 +476,7 @@ SD_OUT_NEW = """            if constexpr (C::STAGE_DQ) {
                         *reinterpret_cast<float2 *>(frag + 8 * DQ_STAGE_COLS) = make_float2(dq_acc[mt][dt][2], dq_acc[mt][dt][3]);
                     }
             } else {
-#pragma unroll
-                for (int mt = 0; mt < M_TILES; mt++) {
-                    const int q_lo = dq_q0 + mt * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
-                    float *dq_lo = dq_ws + (row0 + q_lo) * D + dq_d0 + col0 + 2 * t, *dq_hi = dq_lo + 8 * D;
-                    const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
-#pragma unroll
-                    for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
-                        const int col = dt * MMA_N;
-                        // into the sum every key block adds to (or this split's partial): the result
-                        // unused, so RED, not ATOM
-                        if (lo_in) atomicAdd(dq_lo + col, dq_acc[mt][dt][0]), atomicAdd(dq_lo + col + 1, dq_acc[mt][dt][1]);
-                        if (hi_in) atomicAdd(dq_hi + col, dq_acc[mt][dt][2]), atomicAdd(dq_hi + col + 1, dq_acc[mt][dt][3]);
-                    }
-                }
-            }
+""" + one_level_deeper(DQ_ATOMICS) + """            }
         }
 
         // Staged dQ: each query half's rows read back whole and added to the workspace with
@@ -563,20 +558,13 @@ EXTRA = {
 
 
 def write(name, pairs):
-    text = open(os.path.join(ROOT, SRC)).read()
     pairs = pairs + [('"14_backward"', f'"14_{name}"')]  # fa2_name: the harness's rows and gpu_matrix's lines say which
-    for old, new in pairs:
-        if text.count(old) != 1:
-            print(f"error: bwd_variants: {name}: '{old.strip()[:60]}' occurs {text.count(old)} times in {SRC} (allowed: once)",
-                  file=sys.stderr)
-            return 1
-        text = text.replace(old, new)
     dst = os.path.join(ROOT, "build", "ab", f"14_{name}.cu")  # as deep as SRC: its #include lines resolve
     os.makedirs(os.path.dirname(dst), exist_ok=True)
-    with open(dst, "w") as f:
-        f.write(text)
-    print(f"build/ab/14_{name}.cu")
-    return 0
+    rc = variant_src.main(["variant_src", os.path.join(ROOT, SRC), dst] + [text for pair in pairs for text in pair])
+    if rc == 0:
+        print(f"build/ab/14_{name}.cu")
+    return rc
 
 
 def main(argv):
