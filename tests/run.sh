@@ -212,6 +212,15 @@ for args in "--bytes 12" "--bytes" "--bytes -16" "--flush maybe" "--frob"; do
   # shellcheck disable=SC2086
   expect_error 2 "bandwidth_ceiling refuses '$args'" build/reference/bandwidth_ceiling $args
 done
+# the per-instruction counters' readings, on a recorded profile (step 14's backward, H100):
+# its dQ reductions touch 8 lines and 8 sectors an instruction
+if python3 tools/sass_stalls.py <(zcat results/2026-11-24-h100-r22/run86-src14.csv.gz) --memory |
+   grep -Eq '^REDG\.E\.ADD\.F32\.FTZ\.RN\.STRONG\.GPU +33554432 +268435456 +268435456 +134217728 .* 8\.00 +8\.00$'; then
+  result PASS "sass_stalls.py --memory reads a recorded profile's dQ reductions (8 tag requests, 8 sectors each)"
+else
+  result FAIL "sass_stalls.py --memory on results/2026-11-24-h100-r22/run86-src14.csv.gz"
+fi
+expect_error 2 "source_counters.sh refuses a call without OUT and BINARY" bash tools/source_counters.sh only-out
 # the unfused cuBLAS baseline is checked by the same matrix
 if [ -f build/reference/cublas/libfa2.so ]; then result PASS "build reference/cublas_unfused"; gpu_libs+=("build/reference/cublas/libfa2.so")
 else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi

@@ -6,8 +6,13 @@ Reads the CSV of Nsight Compute's source page (per-instruction warp-state sample
   ncu -i REPORT.ncu-rep --page source --csv --print-source sass > SOURCE.csv
 and prints, per opcode, its share of all stall samples, the instructions it executed
 and its four largest stall reasons (each as % of all samples), then the reasons over all.
+With --memory instead, per global or local memory opcode (RED, ATOM, LDG, STG, LDL, STL,
+LDGSTS): instructions executed, L1 tag requests and L2 sectors (global, their ideal; local),
+its stall samples and lg_throttle samples, and the requests and sectors per instruction: how
+many lines and sectors one warp instruction touches.
+(tools/source_counters.sh takes the CSV and runs both.)
 
-usage: python3 tools/sass_stalls.py SOURCE.csv [TOP]
+usage: python3 tools/sass_stalls.py SOURCE.csv [TOP | --memory]
 """
 import collections
 import csv
@@ -15,15 +20,45 @@ import re
 import sys
 
 
+MEMORY_OPCODE = re.compile(r"(RED|ATOM|LDG|STG|LDL|STL|LDGSTS)")
+MEMORY_COLUMNS = ["Instructions Executed", "L1 Tag Requests Global", "L2 Theoretical Sectors Global",
+                  "L2 Theoretical Sectors Global Ideal", "L2 Theoretical Sectors Local",
+                  "Warp Stall Sampling (All Samples)", "stall_lg"]
+
+
+def opcode_of(row, col):
+    """The row's opcode with its modifiers, without a predicate (@P0, @!UP1)."""
+    return re.sub(r"^@!?U?P\w+\s+", "", row[col["Source"]].strip()).split()[0]
+
+
+def memory_table(rows, header, col):
+    sums = collections.defaultdict(collections.Counter)
+    for r in rows:
+        if len(r) < len(header) or not r[col["Source"]].strip():
+            continue
+        opcode = opcode_of(r, col)
+        if MEMORY_OPCODE.match(opcode):
+            for name in MEMORY_COLUMNS:
+                if name in col:
+                    sums[opcode][name] += int(r[col[name]].replace(",", "") or 0)
+    print(f"{'opcode':40s} {'executed':>11s} {'L1 tag req':>11s} {'L2 sectors':>11s} {'(ideal)':>11s} {'L2 local':>10s} "
+          f"{'samples':>8s} {'lg':>8s}  tag/inst sect/inst")
+    for opcode, c in sorted(sums.items(), key=lambda kv: -kv[1]["Warp Stall Sampling (All Samples)"]):
+        n = [c[name] for name in MEMORY_COLUMNS]
+        e = n[0] or 1
+        print(f"{opcode:40s} {n[0]:11d} {n[1]:11d} {n[2]:11d} {n[3]:11d} {n[4]:10d} {n[5]:8d} {n[6]:8d}"
+              f"  {n[1] / e:8.2f} {n[2] / e:9.2f}")
+    return 0
+
+
 def main():
     if len(sys.argv) not in (2, 3):
         print(__doc__.strip().splitlines()[-1], file=sys.stderr)
         return 2
     top = sys.argv[2] if len(sys.argv) == 3 else "20"
-    if not top.isdigit():
-        print(f"error: TOP '{top}' is not allowed (allowed: a whole number of opcodes to list)", file=sys.stderr)
+    if not top.isdigit() and top != "--memory":
+        print(f"error: TOP '{top}' is not allowed (allowed: a whole number of opcodes to list, or --memory)", file=sys.stderr)
         return 2
-    top = int(top)
     try:
         with open(sys.argv[1], newline="") as f:
             rows = list(csv.reader(f))
@@ -36,13 +71,16 @@ def main():
         return 2
     header = rows[header_at]
     col = {h: i for i, h in enumerate(header)}
+    if top == "--memory":
+        return memory_table(rows[header_at + 1:], header, col)
+    top = int(top)
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
     samples, executed = collections.Counter(), collections.Counter()
     by_reason = collections.defaultdict(collections.Counter)
     for r in rows[header_at + 1:]:
         if len(r) < len(header) or not r[col["Source"]].strip():
             continue
-        opcode = re.sub(r"^@!?U?P\w+\s+", "", r[col["Source"]].strip()).split()[0]
+        opcode = opcode_of(r, col)
         samples[opcode] += int(r[col["Warp Stall Sampling (All Samples)"]] or 0)
         executed[opcode] += int(r[col["Instructions Executed"]] or 0)
         for reason in reasons:

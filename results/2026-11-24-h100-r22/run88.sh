@@ -18,8 +18,9 @@
 #   bwdprof=NAME  NAME (a variant, or s14 for step 14 itself) at B4 H16 N4096 d128 fp16 with
 #                 --backward: tools/profile.sh on its first 4 kernels (forward, prep, main,
 #                 convert: the convert kernel is one that walk_red_v4 changes), then the main
-#                 kernel's per-SASS-opcode stall samples (tools/sass_stalls.py) and, per memory
-#                 opcode, L1 tag requests and L2 sectors (the REDG pattern the variants change)
+#                 kernel's per-instruction counters (tools/source_counters.sh): its stall samples
+#                 per SASS opcode and, per memory opcode, L1 tag requests and L2 sectors (the
+#                 REDG pattern the variants change)
 # usage: bash results/2026-11-24-h100-r22/run88.sh LOGDIR STAGE...  (on the GPU machine, from the repo root)
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -84,38 +85,8 @@ for what in "$@"; do
       # shellcheck disable=SC2086
       KERNELS=4 bash tools/profile.sh "$bin" $args >"$log/profile-$n.log" 2>&1; stage "  metrics: exit $?"
       # shellcheck disable=SC2086
-      ncu --clock-control none --kernel-name regex:fa2_bwd_kernel --launch-count 1 --section SourceCounters -f \
-        -o "$log/src-$n" "$bin" $args --iters 1 --warmup 0 --check off >"$log/src-$n.log" 2>&1
-      ncu -i "$log/src-$n.ncu-rep" --page source --csv --print-source sass >"$log/src-$n.csv" 2>>"$log/src-$n.log"
-      python3 tools/sass_stalls.py "$log/src-$n.csv" 30 >"$log/stalls-$n.txt" 2>&1; stage "  stalls: exit $?"
-      python3 - "$log/src-$n.csv" >"$log/lsu-$n.txt" 2>&1 <<'PY'
-# Per memory opcode of the main kernel: instructions executed, L1 tag requests (global), L2
-# sectors (global, its ideal, local) and the stall samples, with the per-instruction ratios.
-import collections, csv, re, sys
-rows = list(csv.reader(open(sys.argv[1], newline="")))
-at = next(i for i, r in enumerate(rows) if "Source" in r and "Address" in r)
-head = rows[at]
-col = {h: i for i, h in enumerate(head)}
-names = ["Instructions Executed", "L1 Tag Requests Global", "L2 Theoretical Sectors Global",
-         "L2 Theoretical Sectors Global Ideal", "L2 Theoretical Sectors Local", "Warp Stall Sampling (All Samples)", "stall_lg"]
-sums = collections.defaultdict(collections.Counter)
-for r in rows[at + 1:]:
-    if len(r) < len(head) or not r[col["Source"]].strip():
-        continue
-    op = re.sub(r"^@!?U?P\w+\s+", "", r[col["Source"]].strip()).split()[0]
-    if not re.match(r"(RED|ATOM|LDG|STG|LDL|STL|LDGSTS)", op):
-        continue
-    for n in names:
-        if n in col:
-            sums[op][n] += int(r[col[n]].replace(",", "") or 0)
-print(f"{'opcode':40s} {'executed':>11s} {'L1 tag req':>11s} {'L2 sectors':>11s} {'(ideal)':>11s} {'L2 local':>10s} {'samples':>8s} {'lg':>8s}  tag/inst sect/inst")
-for op, c in sorted(sums.items(), key=lambda kv: -kv[1]["Warp Stall Sampling (All Samples)"]):
-    e = c["Instructions Executed"] or 1
-    print(f"{op:40s} {c[names[0]]:11d} {c[names[1]]:11d} {c[names[2]]:11d} {c[names[3]]:11d} {c[names[4]]:10d} {c[names[5]]:8d} {c[names[6]]:8d}"
-          f"  {c[names[1]] / e:8.2f} {c[names[2]] / e:9.2f}")
-PY
-      stage "  lsu: exit $?: $(grep -m 1 '^RED' "$log/lsu-$n.txt" | tr -s ' ')"
-      rm -f "$log/src-$n.ncu-rep"; gzip -f "$log/src-$n.csv" ;;
+      KERNEL_REGEX=fa2_bwd_kernel bash tools/source_counters.sh "$log/src-$n" "$bin" $args --iters 1 --warmup 0 --check off
+      stage "  source counters: exit $?: $(grep -m 1 '^RED' "$log/src-$n-memory.txt" | tr -s ' ')" ;;
     *) stage "unknown stage $what (allowed: bwdab bwdmatrix bwdprof=NAME)" ;;
   esac
 done
