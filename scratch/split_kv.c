@@ -5,8 +5,9 @@
  *    rows; m_blocks = ceil(group * seqlen_q / 16) (m_blocks_of);
  *  - the split count (choose_plan, max_splits): base_blocks = batch x heads_kv x m_blocks; at
  *    most min(MAX_SPLIT_BLOCKS / base_blocks, MAX_SPLITS, key tiles of 128) splits; the
- *    efficiency of s splits is blocks / (waves x wave), wave = SMs x blocks per SM; the
- *    choice is the fewest splits within 5% of the best;
+ *    efficiency of s splits is the work, base_blocks x n_tiles, over what the waves could do
+ *    in the time of the longest range, waves x wave x ceil(n_tiles / s), wave = SMs x blocks
+ *    per SM; the choice is the fewest splits within 5% of the best;
  *  - the ranges (fa2_split_kernel): tiles_per_split = ceil(n_tiles / splits), split s takes
  *    key tiles [s tiles_per_split, min(n_tiles, (s + 1) tiles_per_split));
  *  - the merge (fa2_split_kernel, in the last block of a tile to arrive): LSE = log sum_s
@@ -62,16 +63,17 @@ static void make_plan(plan *p, const shape *s)
     int tiles128 = (s->seqlen_k + SPLIT_KEY_TILE - 1) / SPLIT_KEY_TILE;
     p->cap = (int)(cap < 1 ? 1 : cap < tiles128 ? cap : tiles128);
     long wave = (long)s->sms * s->blocks_per_sm;
+    p->block_n = block_n_of(s);
+    p->n_tiles = (s->seqlen_k + p->block_n - 1) / p->block_n; /* non-causal: every key */
     double best = 0;
     for (int k = 1; k <= p->cap; k++) {
         long blocks = (long)p->base_blocks * k, waves = (blocks + wave - 1) / wave;
-        p->efficiency[k] = (double)blocks / (double)(waves * wave);
+        long longest = (p->n_tiles + k - 1) / k; /* the key tiles of the longest range */
+        p->efficiency[k] = (double)((long)p->base_blocks * p->n_tiles) / (double)(waves * wave * longest);
         best = p->efficiency[k] > best ? p->efficiency[k] : best;
     }
     p->splits = 1;
     while (p->efficiency[p->splits] < 0.95 * best) p->splits++;
-    p->block_n = block_n_of(s);
-    p->n_tiles = (s->seqlen_k + p->block_n - 1) / p->block_n; /* non-causal: every key */
     p->tiles_per_split = (p->n_tiles + p->splits - 1) / p->splits;
 }
 

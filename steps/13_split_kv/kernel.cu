@@ -355,44 +355,44 @@ __device__ __forceinline__ uint16_t *o_row_of(const fa2_params &p, int b, Packed
 // ---- the split count on the GPU ---------------------------------------------------
 
 // choose_plan's wave rule (below, on the host), for the blocks of a launch with per-sequence
-// lengths: blocks of equal work run in waves of `wave` (sm_count x blocks_per_sm), the fill of
-// `blocks` blocks is blocks / slots with slots = waves x wave, and the count is the fewest splits
-// whose fill is within 5% of the best up to cap. Here the fill is kept as the two integers, so
-// every warp of every block compares fills exactly and reaches the same count (the host's
-// doubles may round a fill of exactly 95% of the best either way; this takes the fewer splits).
-struct WaveFill {
-    int blocks, slots;
-};
-__device__ __forceinline__ WaveFill wave_fill(int blocks, int wave) { return {blocks, (blocks + wave - 1) / wave * wave}; }
-__device__ __forceinline__ bool fills_better(WaveFill a, WaveFill b) { return (long long)a.blocks * b.slots > (long long)b.blocks * a.slots; }
-__device__ __forceinline__ bool fills_near(WaveFill a, WaveFill best) { return 20LL * a.blocks * best.slots >= 19LL * best.blocks * a.slots; }
+// lengths: blocks run in waves of `wave` (sm_count x blocks_per_sm), and s splits give each
+// block ceil(tiles / s) key tiles of a tile's `tiles`, so s splits of `blocks` tiles take
+// waves x that many tile times on each of wave slots: their capacity. The work is the same
+// for every s, so the best count has the least capacity, and the count is the fewest splits
+// whose capacity is within 5% of the least (a fill work / capacity within 5% of the best) up
+// to cap. Whole numbers, so every warp of every block compares them exactly and reaches the
+// same count (the host's doubles may round a fill of exactly 95% of the best either way; this
+// takes the fewer splits).
+__device__ __forceinline__ long long wave_capacity(int blocks, int splits, int tiles, int wave)
+{
+    const int waves = (blocks * splits + wave - 1) / wave;
+    return (long long)waves * wave * ((tiles + splits - 1) / splits);
+}
+__device__ __forceinline__ bool capacity_near(long long capacity, long long least) { return 20LL * least >= 19LL * capacity; }
 
-// Lane l weighs s = l + 1, l + 33, ... at once; the best fill is a shuffle reduction, and the
-// fewest splits near it the lowest lane of the first ballot that has one. No barrier: each warp
-// runs it alone. base_blocks x cap <= MAX_SPLIT_BLOCKS (max_splits): blocks and slots are ints.
-__device__ __forceinline__ int wave_splits_warp(int base_blocks, int wave, int cap)
+// Lane l weighs s = l + 1, l + 33, ... at once; the least capacity is a shuffle reduction, and
+// the fewest splits near it the lowest lane of the first ballot that has one. No barrier: each
+// warp runs it alone. base_blocks x cap <= MAX_SPLIT_BLOCKS (max_splits): blocks are ints.
+__device__ __forceinline__ int wave_splits_warp(int base_blocks, int tiles, int wave, int cap)
 {
     static_assert(MAX_SPLITS % 32 == 0, "every lane weighs the same number of split counts");
     constexpr int PER_LANE = MAX_SPLITS / 32;
     const int lane = threadIdx.x % 32;
-    WaveFill fill[PER_LANE], best = {0, 1};  // a count past cap: no blocks, never the best
+    long long capacity[PER_LANE], least = LLONG_MAX;  // a count past cap: never the least
 #pragma unroll
     for (int j = 0; j < PER_LANE; j++) {
         const int s = 32 * j + lane + 1;
-        fill[j] = s <= cap ? wave_fill(base_blocks * s, wave) : WaveFill{0, 1};
-        if (fills_better(fill[j], best)) best = fill[j];
+        capacity[j] = s <= cap ? wave_capacity(base_blocks, s, tiles, wave) : LLONG_MAX;
+        least = min(least, capacity[j]);
     }
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) {
-        const WaveFill other = {__shfl_xor_sync(0xffffffffu, best.blocks, off), __shfl_xor_sync(0xffffffffu, best.slots, off)};
-        if (fills_better(other, best)) best = other;
-    }
+    for (int off = 16; off > 0; off /= 2) least = min(least, __shfl_xor_sync(0xffffffffu, least, off));
 #pragma unroll
     for (int j = 0; j < PER_LANE; j++) {
-        const unsigned near = __ballot_sync(0xffffffffu, 32 * j + lane + 1 <= cap && fills_near(fill[j], best));
+        const unsigned near = __ballot_sync(0xffffffffu, 32 * j + lane + 1 <= cap && capacity_near(capacity[j], least));
         if (near) return 32 * j + __ffs(near);
     }
-    return cap;  // not reached: the best count is near the best
+    return cap;  // not reached: the least capacity is near itself
 }
 
 // Key tiles of BLOCK_N keys that query tile m_block of a sequence of seqlen_k keys reaches:
@@ -441,7 +441,7 @@ __device__ int balanced_tiles_per_split(const fa2_params &p, int m_blocks, int g
     }
     if (longest == 0) return 1;  // no sequence has a visible key: one empty split per tile
     const int equal = (int)((work * p.heads_kv + longest - 1) / longest);  // <= base_blocks
-    const int splits = wave_splits_warp(equal, wave, cap);
+    const int splits = wave_splits_warp(equal, longest, wave, cap);
     return (longest + splits - 1) / splits;
 }
 
@@ -1222,12 +1222,15 @@ static int blocks_per_sm_of(const fa2_limits *l)
     return fa2_limits_blocks_per_sm(l, THREADS, regs, L::BYTES);
 }
 
-// Splits of equal work fill the GPU in waves of sm_count x blocks_per_sm blocks; a
-// last wave that is partly empty leaves SMs idle. The efficiency of s splits is
-// blocks / (waves x wave size); the choice is the fewest splits within 5% of the
-// best efficiency up to max_splits (fewer splits: fewer partial results to write
-// and merge, longer key ranges to pipeline). At least one wave's worth of blocks
-// already fills the GPU: s = 1 unless more splits fill the last wave better.
+// Splits fill the GPU in waves of sm_count x blocks_per_sm blocks; a last wave that is
+// partly empty leaves SMs idle, and so does a split count that does not divide the key
+// tiles: 1024 tiles in 63 splits are 60 of 17 tiles, one of 4 and two empty, and every
+// block waits for the 17. The efficiency of s splits is the work (base blocks x tiles) over
+// what the waves could do in the time of the longest range (waves x wave size x
+// ceil(tiles / s)); the choice is the fewest splits within 5% of the best efficiency up to
+// max_splits (fewer splits: fewer partial results to write and merge, longer key ranges to
+// pipeline). At least one wave's worth of blocks already fills the GPU: s = 1 unless more
+// splits fill the last wave better.
 // With per-sequence lengths the host cannot weigh the work (the lengths are in the GPU's
 // memory, and reading them would wait on the stream): the plan allows max_splits splits, the
 // kernel applies the same rule to the lengths (balanced_tiles_per_split), and one wave of
@@ -1260,9 +1263,10 @@ static Plan choose_plan(const fa2_params *p, const fa2_limits *l)
     const long long wave = (long long)plan.sm_count * plan.blocks_per_sm;
     const int cap = max_splits(p);
     double efficiency[MAX_SPLITS + 1], best = 0.0;
+    const long long tiles = std::max(1LL, ((long long)p->seqlen_k + plan.block_n - 1) / plan.block_n);  // the longest query tile's
     for (int s = 1; s <= cap; s++) {
         const long long blocks = plan.base_blocks * s, waves = (blocks + wave - 1) / wave;
-        efficiency[s] = (double)blocks / (double)(waves * wave);
+        efficiency[s] = (double)(plan.base_blocks * tiles) / (double)(waves * wave * ((tiles + s - 1) / s));
         best = efficiency[s] > best ? efficiency[s] : best;
     }
     while (efficiency[plan.splits] < 0.95 * best) plan.splits++;
