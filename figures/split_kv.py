@@ -102,5 +102,5 @@ bottom.set_title("the merge (by the last block): LSE = log sum_s exp(LSE_s), O =
 fig.suptitle(f"step 13's split-KV decode at B1 Hq{heads_q} Hkv{kv_heads} Nq1 Nk{keys} d128 on {sms} SMs: a GQA "
              f"group's {group} query heads packed as rows of one tile, the keys cut into {splits} splits, and the "
              "merge of their partial results\ndata: build/scratch/split_kv --format csv (choose_plan, the split "
-             "ranges, unpack_row and combine_kernel of steps/13_split_kv/kernel.cu)", fontsize=10, y=0.97)
+             "ranges, unpack_row and the last block's merge in fa2_split_kernel of steps/13_split_kv/kernel.cu)", fontsize=10, y=0.97)
 save(fig, sys.argv[2])

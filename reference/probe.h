@@ -65,17 +65,20 @@ static cudaDeviceProp probe_gpu(const char *program, const char *needs, Usable u
 }
 
 // The median of PROBE_RUNS timed calls of launch() (device events around each), after one
-// untimed call that brings the clocks up and loads the module.
-template <typename Launch>
-static double probe_median_ms(Launch launch)
+// untimed call that brings the clocks up and loads the module; before() runs ahead of each
+// call, outside its events (a cache flush).
+template <typename Before, typename Launch>
+static double probe_median_ms_after(Before before, Launch launch)
 {
     cudaEvent_t start, stop;
     CUDA_CHECK(cudaEventCreate(&start));
     CUDA_CHECK(cudaEventCreate(&stop));
+    before();
     launch();
     CUDA_CHECK(cudaGetLastError());
     double ms[PROBE_RUNS];
     for (int r = 0; r < PROBE_RUNS; r++) {
+        before();
         CUDA_CHECK(cudaEventRecord(start));
         launch();
         CUDA_CHECK(cudaEventRecord(stop));
@@ -89,6 +92,13 @@ static double probe_median_ms(Launch launch)
     CUDA_CHECK(cudaEventDestroy(start));
     CUDA_CHECK(cudaEventDestroy(stop));
     return ms[PROBE_RUNS / 2];
+}
+
+// The same with nothing run between the calls.
+template <typename Launch>
+static double probe_median_ms(Launch launch)
+{
+    return probe_median_ms_after([] {}, launch);
 }
 
 // Today in UTC, as the harness dates its rows: "YYYY-MM-DD".

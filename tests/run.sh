@@ -207,6 +207,11 @@ else
   result SKIP "step 07's default build carries PTX" "cuobjdump not found (the full CUDA Toolkit has it, pip's nvidia-cuda-cuobjdump too; or set CUOBJDUMP=...)"
 fi
 
+# the bandwidth probe's options are refused in one line before it looks for a GPU
+for args in "--bytes 12" "--bytes" "--bytes -16" "--flush maybe" "--frob"; do
+  # shellcheck disable=SC2086
+  expect_error 2 "bandwidth_ceiling refuses '$args'" build/reference/bandwidth_ceiling $args
+done
 # the unfused cuBLAS baseline is checked by the same matrix
 if [ -f build/reference/cublas/libfa2.so ]; then result PASS "build reference/cublas_unfused"; gpu_libs+=("build/reference/cublas/libfa2.so")
 else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi
