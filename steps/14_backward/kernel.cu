@@ -1294,7 +1294,7 @@ static int64_t bwd_workspace_partials(const fa2_params *p, int deterministic)
 // occupancy query on the GPU, the same rules by arithmetic under FA2_EMULATE (as step
 // 07's fit_of).
 template <typename T, int D, typename C, int STAGES>
-static int bwd_blocks_per_sm(const fa2_limits *l)
+static int bwd_blocks_per_sm_asked(const fa2_limits *l)
 {
     constexpr int smem_bytes = bwd_smem_bytes<C, D, STAGES>();
     if (smem_bytes > l->smem_per_block) return 0;
@@ -1310,6 +1310,20 @@ static int bwd_blocks_per_sm(const fa2_limits *l)
     if (cudaFuncGetAttributes(&attr, fa2_bwd_kernel<T, D, C, STAGES>) == cudaSuccess) regs = attr.numRegs;
     else cudaGetLastError();
     return fa2_limits_blocks_per_sm(l, C::THREADS, regs, smem_bytes);
+}
+
+// The same, asked once per process and preset, as choose_config's fits: the occupancy query
+// costs microseconds, and at B2 H8 N1024 the whole backward takes about 140.
+template <typename T, int D, typename C, int STAGES>
+static int bwd_blocks_per_sm(const fa2_limits *l)
+{
+    static int blocks = 0;
+    static const char *asked_for = "";  // the preset (NULL: the GPU) blocks was asked for; "" not yet
+    if (asked_for == nullptr ? l->preset != nullptr : (l->preset == nullptr || strcmp(asked_for, l->preset) != 0)) {
+        blocks = bwd_blocks_per_sm_asked<T, D, C, STAGES>(l);
+        asked_for = l->preset;
+    }
+    return blocks;
 }
 
 template <typename T, int D, typename C, int STAGES>
