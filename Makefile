@@ -34,7 +34,8 @@ TMA_STEPS      := 08
 GENCODE_TMA    := -gencode arch=compute_90,code=sm_90 $(foreach a,$(filter-out 80 86 87 89 90,$(ARCHS)),-gencode arch=compute_$(a),code=sm_$(a)) \
                   -gencode arch=compute_90,code=compute_90
 step_gencode = $(if $(filter $(1),$(HOPPER_STEPS)),$(GENCODE_HOPPER),$(if $(filter $(1),$(TMA_STEPS)),$(GENCODE_TMA),$(GENCODE)))
-CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm
+# stdc++: the harness's flush.cu is a C++ object, and C programs link it
+CUDA_LIBS  := -L$(CUDA)/lib64 -lcudart_static -ldl -lrt -lpthread -lm -lstdc++
 # An object compiled for one ARCH is not reused under another: the objects that nvcc builds
 # with $(NVCCFLAGS) (not the Hopper steps', always sm_90a) depend on a stamp file named
 # after those flags, which is new (and newer than them) whenever the flags change.
@@ -48,7 +49,7 @@ STEP_IDS   := $(foreach d,$(STEP_DIRS),$(firstword $(subst _, ,$(notdir $(d)))))
 GPU_IDS    := $(filter-out 00,$(STEP_IDS))
 PORTABLE_IDS := $(filter-out $(HOPPER_STEPS) $(TMA_STEPS),$(GPU_IDS))
 
-HARNESS    := cli data reference reference_backward check buffers device util validate device_limits
+HARNESS    := cli data reference reference_backward check buffers device flush util validate device_limits
 # What a GPU step's shared library links besides its kernel: the ABI's shared checks
 # and the device limits every launch decision reads.
 STEP_LIB_O := $(BUILD)/common/validate.o $(BUILD)/common/device_limits.o
@@ -126,6 +127,11 @@ harness: $(BUILD)/common/main.o $(HARNESS_O)
 $(BUILD)/common/%.o: common/%.c common/*.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
+
+# the timing's L2 flush, a kernel (flush.cu)
+$(BUILD)/common/%.o: common/%.cu common/*.h $(NVCC_STAMP)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -c $< -o $@
 
 # ---- a variant of a step's kernel: the same flags, other -D defines or another source file ----
 # (steps/07_tuned/sweep.sh builds its tile candidates this way, tests/mutants.sh its planted bugs)

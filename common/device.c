@@ -79,6 +79,8 @@ int fa2_time_gpu(int (*launch)(const void *ctx), const void *ctx, const fa2_devi
 {
     size_t flush_bytes = 2 * (dev->l2_bytes ? dev->l2_bytes : (64u << 20));
     void *flush = fa2_device_alloc(flush_bytes);
+    uint32_t *sink = fa2_device_alloc(sizeof(uint32_t));
+    CUDA_CHECK(cudaMemset(flush, 0x5a, flush_bytes)); /* defined contents for the flush to read */
     cudaEvent_t *start = fa2_xmalloc(sizeof(cudaEvent_t) * (size_t)iters, "timing events");
     cudaEvent_t *stop = fa2_xmalloc(sizeof(cudaEvent_t) * (size_t)iters, "timing events");
     for (int i = 0; i < iters; i++) {
@@ -88,7 +90,7 @@ int fa2_time_gpu(int (*launch)(const void *ctx), const void *ctx, const fa2_devi
     int rc = 0;
     for (int i = 0; i < warmup && !rc; i++) rc = launch(ctx);
     for (int i = 0; i < iters && !rc; i++) {
-        CUDA_CHECK(cudaMemsetAsync(flush, i & 0xff, flush_bytes, NULL)); /* evicts the inputs from L2 */
+        fa2_l2_flush_read(flush, flush_bytes, sink, NULL); /* evicts the inputs from L2, leaving it clean */
         CUDA_CHECK(cudaEventRecord(start[i], NULL));
         rc = launch(ctx);
         CUDA_CHECK(cudaEventRecord(stop[i], NULL));
@@ -104,5 +106,6 @@ int fa2_time_gpu(int (*launch)(const void *ctx), const void *ctx, const fa2_devi
     free(start);
     free(stop);
     fa2_device_free(flush);
+    fa2_device_free(sink);
     return rc;
 }

@@ -248,11 +248,16 @@ void fa2_stream_destroy(void *stream);
 void fa2_stream_download(void *dst, const void *src, size_t bytes, void *stream);
 
 /* Times `iters` calls of launch(ctx) (a forward, a backward) after `warmup` untimed
- * ones. Before each timed call a buffer twice the size of L2 is written, so inputs
- * come from DRAM, then the call alone sits between two events. Writes per-call times
- * in ms into ms_out[iters]. Returns 0, or the first non-zero launch(ctx) returned. */
+ * ones. Before each timed call a buffer twice the size of L2 is read (fa2_l2_flush_read),
+ * so inputs come from DRAM and the L2 holds no dirty line to write back, then the call
+ * alone sits between two events. Writes per-call times in ms into ms_out[iters]. Returns
+ * 0, or the first non-zero launch(ctx) returned. */
 int fa2_time_gpu(int (*launch)(const void *ctx), const void *ctx, const fa2_device_info *dev, int warmup, int iters,
                  double *ms_out);
+/* Reads `bytes` of buf (a multiple of 16) on the GPU with ordinary loads, in the stream's
+ * order: fills the L2 with clean lines of it (flush.cu says why not a memset). sink: one
+ * device word the kernel may write. */
+void fa2_l2_flush_read(const void *buf, size_t bytes, uint32_t *sink, void *stream);
 
 /* ---- small utilities (util.c) ---- */
 typedef struct { double median, min, max; } fa2_stats;

@@ -18,14 +18,15 @@
  * 4 GiB; a decode shape's K and V), and --flush KIND runs, before each timed read, what
  * leaves L2 as the harness's timing does (write: a memset of twice the L2, as
  * common/device.c and reference/sdpa.py flush it, which leaves the L2 full of dirty lines
- * the read must write back as it evicts them) or leaves it clean (read: the same bytes
- * read, by this kernel with ordinary ld.global.cg loads); none (the default) runs nothing between the reads, whose 1 GiB
+ * the read must write back as it evicts them, the timing's flush before) or as the timing
+ * does now (read: the same bytes read, fa2_l2_flush_read of common/flush.cu); none (the default) runs nothing between the reads, whose 1 GiB
  * leaves only clean lines of its own end behind. The row's probe is stream_read with the
  * defaults, stream_read_<MiB>MiB_after_<KIND> otherwise (the ceiling is the default's).
  */
 #include <stdint.h>
 #include <stdio.h>
 
+#include "../common/harness.h"
 #include "probe.h"
 
 constexpr int THREADS = 256;
@@ -35,10 +36,7 @@ constexpr const char *BANDWIDTH_HEADER = "probe,device,date,gbps\n";
 
 // XORs every 16-byte vector of src[0 .. vectors) into one word per thread; `never` is a
 // value the XOR does not take in practice, but the compiler cannot know it: the loads
-// stay, and the store costs nothing. EVICT_FIRST: the measured read, ld.global.cs (its lines
-// the first the L2 evicts); else ld.global.cg, lines kept as any load's, for the read that
-// flushes the L2 (lines marked evict-first could leave older ones in place).
-template <bool EVICT_FIRST>
+// stay, and the store costs nothing.
 __global__ void __launch_bounds__(THREADS) stream_read_kernel(const uint4 *src, size_t vectors, uint32_t never, uint32_t *out)
 {
     const size_t stride = (size_t)gridDim.x * blockDim.x;
@@ -46,8 +44,7 @@ __global__ void __launch_bounds__(THREADS) stream_read_kernel(const uint4 *src, 
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < vectors; i += LOADS_IN_FLIGHT * stride) {
         uint4 v[LOADS_IN_FLIGHT];
 #pragma unroll
-        for (int k = 0; k < LOADS_IN_FLIGHT; k++)
-            v[k] = i + k * stride >= vectors ? make_uint4(0, 0, 0, 0) : EVICT_FIRST ? __ldcs(src + i + k * stride) : __ldcg(src + i + k * stride);
+        for (int k = 0; k < LOADS_IN_FLIGHT; k++) v[k] = i + k * stride < vectors ? __ldcs(src + i + k * stride) : make_uint4(0, 0, 0, 0);
 #pragma unroll
         for (int k = 0; k < LOADS_IN_FLIGHT; k++) acc ^= v[k].x ^ v[k].y ^ v[k].z ^ v[k].w;
     }
@@ -104,7 +101,7 @@ int main(int argc, char **argv)
     FILE *csv = probe_csv_open(csv_path, BANDWIDTH_HEADER);
 
     int blocks_per_sm = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, stream_read_kernel<true>, THREADS, 0));
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, stream_read_kernel, THREADS, 0));
     const int blocks = prop.multiProcessorCount * blocks_per_sm;
     // The flush buffer: twice the L2, as the harness's (common/device.c).
     const size_t flush_bytes = 2 * (size_t)(prop.l2CacheSize ? prop.l2CacheSize : (64 << 20));
@@ -120,10 +117,10 @@ int main(int argc, char **argv)
     int round = 0;
     const auto before = [&] {
         if (flush == FLUSH_WRITE) CUDA_CHECK(cudaMemsetAsync(flush_buf, round++ & 0xff, flush_bytes, NULL));
-        if (flush == FLUSH_READ) stream_read_kernel<false><<<blocks, THREADS>>>(flush_buf, flush_bytes / sizeof(uint4), 1u, out);
+        if (flush == FLUSH_READ) fa2_l2_flush_read(flush_buf, flush_bytes, out, NULL);
     };
     const size_t vectors = bytes / sizeof(uint4);
-    const double ms = probe_median_ms_after(before, [&] { stream_read_kernel<true><<<blocks, THREADS>>>(src, vectors, 1u, out); });
+    const double ms = probe_median_ms_after(before, [&] { stream_read_kernel<<<blocks, THREADS>>>(src, vectors, 1u, out); });
     const double gbps = bytes / (ms * 1e-3) / 1e9;
     char probe[64] = "stream_read";
     if (bytes != BUFFER_BYTES || flush != FLUSH_NONE) snprintf(probe, sizeof probe, "stream_read_%zuMiB_after_%s", bytes >> 20, FLUSH_NAMES[flush]);

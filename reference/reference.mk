@@ -32,6 +32,7 @@ $(BUILD)/reference/wgmma_ceiling: reference/wgmma_ceiling.cu reference/probe.h c
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCC_OPTS) $(GENCODE_HOPPER) $< $(CUDA_LIBS) -o $@
 
-$(BUILD)/reference/bandwidth_ceiling: reference/bandwidth_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h $(NVCC_STAMP)
+$(BUILD)/reference/bandwidth_ceiling: reference/bandwidth_ceiling.cu reference/probe.h common/cuda_check.h common/exit_codes.h \
+                                      $(BUILD)/common/flush.o $(NVCC_STAMP)
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $< $(CUDA_LIBS) -o $@
+	$(NVCC) $(NVCCFLAGS) $< $(BUILD)/common/flush.o $(CUDA_LIBS) -o $@
