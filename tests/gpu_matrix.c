@@ -1187,7 +1187,8 @@ int main(int argc, char **argv)
      * Nq != Nk both ways (Nq > Nk: rows that see no key, LSE = -inf), GQA 4:1 and MQA,
      * d64/d128, fp16/bf16, then a padded and a [b,h,s,d] layout, peaky scores (Q and K
      * scaled by 4 and 30), a NaN in a Q row, FA2_DETERMINISTIC=1, a 99 KB preset (step 14's
-     * narrow tile at d128), and the edges of step 14's tiles. */
+     * narrow tile at d128), the A100 preset (its wide tile unstaged at d128), and the edges
+     * of step 14's tiles. */
     {
         static const int bwd_seqs[][2] = {{1, 1}, {17, 17}, {127, 127}, {1, 300}, {300, 1}, {65, 200}, {200, 65}, {333, 1000}};
         static const int bwd_heads[3][2] = {{4, 4}, {8, 2}, {8, 1}}; /* heads_q, heads_kv: 1:1, GQA 4:1, MQA */
@@ -1226,6 +1227,13 @@ int main(int argc, char **argv)
             run_bwd_case(steps, nsteps, &c);
             c = shape(2, 8, 2, 500, 500, d, 1, d == 64 ? BF16 : FP16);
             c.preset = "rtx4090";
+            run_bwd_case(steps, nsteps, &c);
+            /* the A100's 163 KB: step 14's wide tile with the fragments' dQ atomics at d128, the
+             * staged tile at d64 (this GPU's own limits take the staged tile at both) */
+            c.preset = "a100";
+            run_bwd_case(steps, nsteps, &c);
+            c = shape(1, 4, 1, 300, 700, d, 0, d == 64 ? FP16 : BF16);
+            c.preset = "a100", c.deterministic = 1;
             run_bwd_case(steps, nsteps, &c);
         }
         /* Step 14's tiles (64 queries x 128 keys, 8 warps of 32 x 32; 64 x 64, 4 warps, under a

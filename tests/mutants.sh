@@ -7,7 +7,7 @@
 # last, shorter key range dropped, a work queue whose next item is not reset for the next
 # call, or an item looked up in the wrong group of 32 pairs (batches past 32 tiles); or
 # 14, the backward: D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's
-# second row dropped, the causal limit of dK, dV and dQ one key short) with one planted
+# second row dropped, the staged dQ's last reduction of each warp dropped, the causal limit of dK, dV and dQ one key short) with one planted
 # bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
 # process of its own (a mutant that writes far out of bounds ends its process with an
 # illegal address: it must not end the others' runs too), three at a time, and each must
@@ -49,6 +49,7 @@ mutants=(
   "13|queue_group_search_off_by_one|if (qs.starts[k][mid] <= j) lo = mid;|if (qs.starts[k][mid] < j) lo = mid;"
   "14|bwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
+  "14|bwd_dq_staged_rows_dropped|for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG; i++)|for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG - 1; i++)"
   "14|bwd_causal_off_by_one|min(p.seqlen_k - 1, row + shift)|min(p.seqlen_k - 1, row + shift - 1)"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then

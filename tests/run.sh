@@ -67,6 +67,7 @@ run_program cpu-step00 build/tests/test_cpu
 run_program kv-cache-step00 build/tests/test_paged
 run_program backward build/tests/test_backward
 run_program backward-fragments python3 tests/test_bwd_fragments.py
+run_program dq-staging python3 tests/test_dq_staging.py
 run_program checker build/tests/test_checker
 run_program scratch bash scratch/test.sh
 if make -s scratch >"$LOG/make-scratch.log" 2>&1; then result PASS "make scratch (every layout program with its default arguments)"
@@ -221,6 +222,17 @@ else
   result FAIL "sass_stalls.py --memory on results/2026-11-24-h100-r22/run86-src14.csv.gz"
 fi
 expect_error 2 "source_counters.sh refuses a call without OUT and BINARY" bash tools/source_counters.sh only-out
+# ab.sh's medians on a recorded A/B (step 14 and its variants, H100): step 14's forward row
+# (named 14_backward) stays a forward row, its backward row (14_backward_backward) is "bwd"
+if bash tools/ab.sh --medians results/2026-11-25-h100-r23/run88-bwdab.csv |
+   grep -Eq '^B4 H16/16 N4096 d128 fp16 c0 +1\.3818 ' &&
+   bash tools/ab.sh --medians results/2026-11-25-h100-r23/run88-bwdab.csv |
+   grep -Eq '^B4 H16/16 N4096 d128 fp16 c0 bwd +6\.5909 +6\.3101 '; then
+  result PASS "ab.sh --medians keeps step 14's forward and backward rows apart (a recorded A/B)"
+else
+  result FAIL "ab.sh --medians on results/2026-11-25-h100-r23/run88-bwdab.csv"
+fi
+expect_error 2 "ab.sh --medians refuses a missing CSV" bash tools/ab.sh --medians /nonexistent.csv
 # the unfused cuBLAS baseline is checked by the same matrix
 if [ -f build/reference/cublas/libfa2.so ]; then result PASS "build reference/cublas_unfused"; gpu_libs+=("build/reference/cublas/libfa2.so")
 else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi

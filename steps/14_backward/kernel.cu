@@ -21,7 +21,7 @@
  *      S  = Q_i K_j^T           P = exp2(S scale log2e - LSE log2e)   (masked)   -> smem
  *      dP = dO_i V_j^T          dS = P * (dP - D_i)                               -> smem
  *      dV_j += P^T dO_i         dK_j += dS^T Q_i
- *      dQ_i += dS K_j  (red.global.add.f32 into the workspace)
+ *      dQ_i += dS K_j  (fp32 reductions into the workspace: "dQ's reductions" below)
  *    with FlashAttention-2's work split (flash_bwd_launch_template.h and kernel_traits.h of
  *    Dao-AILab/flash-attention give the tile shapes): each product has its own tiling of
  *    the warps, every warp tile 32 rows deep. BwdWide, 64 queries x 128 keys and 8 warps
@@ -37,6 +37,23 @@
  *    and H200 (227 KB) blocks take. BwdNarrow, 64 x 64 and 4 warps, 2 x 2 for every
  *    product (the same code), one Q/dO buffer: 80 KB at d128, for GPUs whose blocks get
  *    99 KB (8.6, 8.9, 12.x); at d64 the wide tile takes 96 KB and runs everywhere.
+ *
+ *    dQ's reductions. A C fragment of dQ holds 2 floats of each of 8 rows per lane group,
+ *    so a red.global.add.f32 straight from the fragments touches 8 rows x 16 bytes: 8
+ *    cache lines and 8 L2 sectors per instruction, where FA2's order (one row's 32
+ *    consecutive floats) touches 1 line and 4 full sectors. Where the block's shared
+ *    memory has room for a [64][D + 8] fp32 tile more (BwdWideStaged: 194 KB at d128, 114
+ *    KB at d64; H100 and H200 at both, the A100 at d64), each warp stores its fragments
+ *    there, the 4 warps that share a query half meet at a named barrier, and each adds
+ *    whole rows: 32 floats of one row per instruction before sm_90, 128 (one
+ *    red.global.add.v4.f32 per lane, 4 full lines) on sm_90. The products' order changes
+ *    with it: dQ first, dV and dK after the reductions, so that the reductions drain under
+ *    their 128 mma. Elsewhere the fragments' atomics stay (the A100 at d128, the 99 KB
+ *    GPUs). The walk over query blocks carries its position (query head, first row) from
+ *    step to step instead of dividing the step index at every use, which also removed the
+ *    spill of the loop's invariants on sm_90. Measured on an H100, 3 rounds: 6.59 -> 4.82
+ *    ms at B4 H16 N4096 d128 (-27%; -18% at d64), the walk alone 4% of it; profile
+ *    counts and the other variants tried on docs/measurements/14_backward.md.
  *
  * 3. bwd_convert_kernel: dQ = scale x the fp32 accumulator, rounded to the dtype and
  *    written at dq's strides. (dK is scaled in registers before its store.)
@@ -81,13 +98,13 @@
  * else FA2 does (its software pipelining of the loads, its ordering of the five
  * products) would still be missing. Measured on the same GPU model, 3 rounds: 6.60 ms,
  * 1.53x, at the top of the range (1.27x to 1.56x over the six backward shapes, 0.62x to
- * 0.69x torch's FA2 backward; docs/measurements/14_backward.md).
+ * 0.69x torch's FA2 backward; docs/measurements/14_backward.md). What was missing was
+ * mostly the dQ reductions' address pattern (dQ's reductions, above).
  *
  * Registers: dK and dV take 128 fp32 per lane at d128 in either tile, S and dP 64 more
  * while dS is formed; at the 255 a thread may have, ptxas spills a little at d128 (CUDA
- * 13.0, the configurations each GPU runs: wide tile 4 bytes on sm_80, 40 on sm_90;
- * narrow tile 8 bytes on sm_86 and sm_89; none at d64), loads and stores around the
- * step's first barrier and the masked copy of the step, outside the products.
+ * 13.0, the configurations each GPU runs: wide tile 4 bytes on sm_80; none on sm_86 and
+ * sm_89 (narrow tile) or sm_90 (staged tile), none at d64), outside the products.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -743,7 +760,7 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 }
 
 extern "C" const char *fa2_name(void) { return "14_backward"; }
-extern "C" const char *fa2_key_change(void) { return "the backward: FA2's work split on mma.sync (64 queries x 128 keys on 8 warps; 64 x 64 on 4 in a 99 KB block), P and dS through shared memory, dK and dV in registers, dQ by fp32 atomics"; }
+extern "C" const char *fa2_key_change(void) { return "the backward: FA2's work split on mma.sync (64 queries x 128 keys on 8 warps; 64 x 64 on 4 in a 99 KB block), P and dS through shared memory, dK and dV in registers, dQ by fp32 atomics, whole rows where shared memory stages them"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
 
@@ -766,6 +783,7 @@ constexpr int BWD_WARP_ROWS = 2 * MMA_M;
 template <int WARPS_, int BLOCK_N_>
 struct BwdTile {
     static constexpr int WARPS = WARPS_, THREADS = WARPS * 32, BLOCK_M = BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
+    static constexpr bool STAGE_DQ = false;  // dQ's atomics straight from the C fragments (BwdWideStaged: through shared memory)
     static constexpr int SDP_WARPS_N = BLOCK_N / BWD_WARP_ROWS, SDP_WARPS_M = WARPS / SDP_WARPS_N;  // S, dP: keys, queries
     static constexpr int KV_WARPS_N = BLOCK_N / BWD_WARP_ROWS, KV_WARPS_D = WARPS / KV_WARPS_N;     // dK, dV: keys, head dim
     static constexpr int Q_WARPS_M = BLOCK_M / BWD_WARP_ROWS, Q_WARPS_D = WARPS / Q_WARPS_M;        // dQ: queries, head dim
@@ -781,15 +799,40 @@ using BwdWide = BwdTile<8, 128>;
 // The same split at half the keys and warps, 2 x 2 for every product: 80 KB at d128 with one
 // Q and dO buffer, for GPUs whose blocks get 99 KB (compute capability 8.6, 8.9 and 12.x).
 using BwdNarrow = BwdTile<4, 64>;
+// The wide tile with dQ's atomics staged through shared memory (the kernel's dQ section says
+// how): a [BLOCK_M][D + DQ_STAGE_PAD] fp32 tile after dS, 34 KB more at d128 (194 KB: H100 and
+// H200, not the A100's 163 KB) and 18 KB at d64 (114 KB: A100, H100, H200, not the 99 KB GPUs).
+// The launcher takes it wherever it fits, else BwdWide as before. The narrow tile never stages:
+// it runs only where the wide one does not fit, the 99 KB GPUs at d128, and its 80 KB and 34 KB
+// more would not fit there either, so it keeps the fragments' atomics (the choice is static, by
+// tile type; BwdWide and BwdNarrow compile as before).
+constexpr int DQ_STAGE_PAD = 8;  // floats after each staged row: rows start 8 banks apart (the dQ section)
+struct BwdWideStaged : BwdTile<8, 128> {
+    static constexpr bool STAGE_DQ = true;
+};
+// Floats per dQ reduction lane: red.global.add.v4.f32 on sm_90 and newer (PTX ISA 8.1), one float
+// before (no vector red).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+constexpr int DQ_RED_VEC = 4;
+#else
+constexpr int DQ_RED_VEC = 1;
+#endif
 constexpr int BWD_MIN_BLOCK_N = 64;  // the smallest BLOCK_N of the two: it sizes the deterministic workspace
 static_assert(BwdWide::BLOCK_N >= BWD_MIN_BLOCK_N && BwdNarrow::BLOCK_N == BWD_MIN_BLOCK_N,
               "BWD_MIN_BLOCK_N is the smallest key block, so the workspace holds the splits of either tile");
 constexpr int BWD_PREP_THREADS = 256;  // the prep and convert kernels: rows of 16-byte chunks
 
 // Shared memory of one block: K_j and V_j [BLOCK_N][D], STAGES buffers each of Q_i and
-// dO_i [BLOCK_M][D], then P and dS [BLOCK_M][BLOCK_N].
+// dO_i [BLOCK_M][D], then P and dS [BLOCK_M][BLOCK_N]; a tile that stages dQ adds its fp32
+// staging tile [BLOCK_M][D + DQ_STAGE_PAD].
 template <typename C, int D, int STAGES>
-constexpr int bwd_smem_bytes() { return (2 * C::BLOCK_N + 2 * STAGES * C::BLOCK_M) * D * 2 + 2 * C::BLOCK_M * C::BLOCK_N * 2; }
+constexpr int bwd_smem_bytes()
+{
+    return (2 * C::BLOCK_N + 2 * STAGES * C::BLOCK_M) * D * 2 + 2 * C::BLOCK_M * C::BLOCK_N * 2 +
+           (C::STAGE_DQ ? C::BLOCK_M * (D + DQ_STAGE_PAD) * 4 : 0);
+}
+static_assert(bwd_smem_bytes<BwdWideStaged, 128, 2>() == 194 * 1024 && bwd_smem_bytes<BwdWideStaged, 64, 2>() == 114 * 1024,
+              "the staged wide tile's sizes BwdWideStaged's comment quotes (and the GPUs it fits)");
 static_assert(bwd_smem_bytes<BwdWide, 128, 2>() == 160 * 1024 && bwd_smem_bytes<BwdNarrow, 128, 1>() == 80 * 1024,
               "the sizes the header and the choice below quote");
 
@@ -892,6 +935,30 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArg
     }
 }
 
+// Named barrier ID (1 to 15: 0 is __syncthreads') for THREADS threads, a multiple of 32: the
+// warps that stage one query half's dQ rows and read them back. Orders their shared-memory
+// stores before their loads, as __syncthreads does for the whole block. The operands are
+// immediates: with an id in a register ptxas reserves all 16 barriers.
+template <int ID, int THREADS>
+__device__ __forceinline__ void named_barrier_sync()
+{
+    static_assert(ID >= 1 && ID <= 15 && THREADS % 32 == 0, "a named barrier other than __syncthreads' 0, for whole warps");
+    asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+
+// dst[0..3] += v, the result unused: one red.global.add.v4.f32 (sm_90 and newer, PTX ISA 8.1;
+// REDG.E.ADD.F32x4.FTZ.RN.STRONG.GPU, the rounding and scope of the scalar red.global.add.f32
+// that atomicAdd compiles to), each float atomic by itself. dst must be 16-byte aligned: the
+// workspace is (fa2_validate_workspace), rows are D floats, and a lane's column is a multiple of 4.
+__device__ __forceinline__ void red_add_v4(float *dst, float4 v)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(dst), "f"(v.x), "f"(v.y), "f"(v.z), "f"(v.w));
+#else
+    atomicAdd(dst, v.x), atomicAdd(dst + 1, v.y), atomicAdd(dst + 2, v.z), atomicAdd(dst + 3, v.w);
+#endif
+}
+
 // Kernel 2: one block per (key block, kv head, batch); see the header for the algorithm.
 // One block per SM in practice (the wide tile: 256 threads at 220 to 255 registers fill
 // the register file; the narrow one: 80 KB of a 99 KB GPU's 100 KB per SM), so the bound
@@ -913,6 +980,17 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     static_assert(BLOCK_M % MMA_K == 0 && BLOCK_N % MMA_K == 0, "dV, dK (queries) and dQ (keys) consume their k 16 at a time");
     static_assert(SDP_N_TILES % 2 == 0, "one ldmatrix.x4 of K or V feeds two 8-key n-tiles");
     static_assert(STAGES == 1 || STAGES == 2, "Q and dO single- or double-buffered");
+    // dQ staged (C::STAGE_DQ; the dQ section below): the staging tile's rows and the reductions.
+    constexpr int DQ_STAGE_COLS = D + DQ_STAGE_PAD;                     // floats per staged row
+    constexpr int DQ_READ_ROWS = BWD_WARP_ROWS / C::Q_WARPS_D;          // rows of its query half a warp reads back
+    constexpr int DQ_SEG = 32 * DQ_RED_VEC;                             // floats per reduction instruction
+    static_assert(!C::STAGE_DQ || (D % 32 == 0 && DQ_STAGE_COLS % 32 == 8),
+                  "staged dQ rows are whole 128-byte lines, and a staged row starts 8 banks after the one above, so a half-warp's 8-byte fragment stores (4 rows x 32 bytes) meet 32 different banks");
+    static_assert(!C::STAGE_DQ || BWD_WARP_ROWS % C::Q_WARPS_D == 0, "every warp of a query half reads back the same number of whole rows");
+    static_assert(!C::STAGE_DQ || DQ_SEG % D == 0 || D % DQ_SEG == 0,
+                  "a reduction instruction covers whole rows or an even part of one, so its rows and columns are the lane's plus constants");
+    static_assert(!C::STAGE_DQ || DQ_READ_ROWS * D % DQ_SEG == 0, "a warp's rows are whole reduction instructions");
+    static_assert(!C::STAGE_DQ || C::Q_WARPS_M == 2, "two query halves of dQ, two named barriers (1 and 2; 0 is __syncthreads')");
     const fa2_bwd_params &bp = a.p;
     const fa2_params &p = a.p.fwd;
     extern __shared__ __align__(16) uint16_t smem[];
@@ -926,6 +1004,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     const uint32_t ds_saddr = p_saddr + PTILE_BYTES;                    // [BLOCK_M][BLOCK_N]: dS, queries x keys
     uint16_t *p_smem = smem + (2 * BLOCK_N + 2 * STAGES * BLOCK_M) * D;  // the same two tiles, for the fragment stores
     uint16_t *ds_smem = p_smem + BLOCK_M * BLOCK_N;
+    [[maybe_unused]] float *dq_stage = reinterpret_cast<float *>(ds_smem + BLOCK_M * BLOCK_N);  // [BLOCK_M][DQ_STAGE_COLS] fp32 (C::STAGE_DQ)
 
     const int n_block = a.n_block0 + blockIdx.x, h_kv = blockIdx.y + a.head_kv0, b = blockIdx.z + a.batch0;
     const int n0 = n_block * BLOCK_N;
@@ -946,13 +1025,19 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     const int first_qb = first_query_block(n0, shift, p.causal);
     const int per_head = max(0, (p.seqlen_q + BLOCK_M - 1) / BLOCK_M - first_qb);
     const int steps = group * per_head;
+    // The walk's position, carried from step to step rather than divided out of s where it is
+    // used (two integer divisions a step, about 35 instructions each): step s is the query rows
+    // m0 .. m0 + BLOCK_M - 1 of query head h, and the next step's position is one compare away.
+    struct WalkPos { int h, m0; };
+    const int m_first = first_qb * BLOCK_M, m_end = (first_qb + per_head) * BLOCK_M;
+    auto walk_next = [&](WalkPos w) { return w.m0 + BLOCK_M < m_end ? WalkPos{w.h, w.m0 + BLOCK_M} : WalkPos{w.h + 1, m_first}; };
 
     const uint16_t *k = (const uint16_t *)p.k + b * p.k_batch_stride + (int64_t)n0 * p.k_row_stride + h_kv * p.k_head_stride;
     const uint16_t *v = (const uint16_t *)p.v + b * p.v_batch_stride + (int64_t)n0 * p.v_row_stride + h_kv * p.v_head_stride;
     const TileCopy<D, THREADS> tile_copy;
     // Q_i and dO_i of step s into buffer `stage`; rows past seqlen_q are zero-filled.
-    auto issue_step = [&](int s, int stage) {
-        const int h = h_kv * group + s / per_head, m0 = (first_qb + s % per_head) * BLOCK_M;
+    auto issue_step = [&](WalkPos w, int stage) {
+        const int h = w.h, m0 = w.m0;
         const uint16_t *q = (const uint16_t *)p.q + b * p.q_batch_stride + (int64_t)m0 * p.q_row_stride + h * p.q_head_stride;
         const uint16_t *dout = (const uint16_t *)bp.dout + b * bp.dout_batch_stride + (int64_t)m0 * bp.dout_row_stride + h * bp.dout_head_stride;
         tile_copy.template issue<BLOCK_M, false>(q_saddr + stage * QTILE_BYTES, q, p.q_row_stride, p.seqlen_q - m0);
@@ -961,7 +1046,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     // Prologue: K_j, V_j (tail keys zero-filled) and step 0, one commit group.
     tile_copy.template issue<BLOCK_N, false>(k_saddr, k, p.k_row_stride, p.seqlen_k - n0);
     tile_copy.template issue<BLOCK_N, false>(v_saddr, v, p.v_row_stride, p.seqlen_k - n0);
-    if (steps > 0) issue_step(0, 0);
+    if (steps > 0) issue_step(WalkPos{h_kv * group, m_first}, 0);
     cp_async_commit();
 
     // This lane's ldmatrix rows, one set per operand (LaneRows: the fragment's rows and
@@ -1060,9 +1145,9 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     // One step: instantiated twice, as step 07's key tile. Steps that need no mask
     // (every query row in seqlen_q, every key in seqlen_k and, causal, seen by the
     // step's first row) run a copy with no masking code.
-    auto query_step = [&](const int s, const int stage, auto masked) {
+    auto query_step = [&](const WalkPos w, const int stage, auto masked) {
         constexpr bool MASKED = decltype(masked)::value;
-        const int h = h_kv * group + s / per_head, m0 = (first_qb + s % per_head) * BLOCK_M;
+        const int h = w.h, m0 = w.m0;
         const int64_t row0 = ((int64_t)b * p.heads_q + h) * p.seqlen_q + m0;  // row m0 of head h in LSE order
         const uint32_t qs_saddr = q_saddr + stage * QTILE_BYTES, dos_saddr = do_saddr + stage * QTILE_BYTES;
 
@@ -1140,9 +1225,12 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
         __syncthreads();  // every warp's P and dS are in shared memory
 
         // dV_j += P^T dO_i and dK_j += dS^T Q_i: the warp's 32 keys x KV_COLS columns, the
-        // step's BLOCK_M queries as k.
-        keys_times_queries(dv_acc, p_saddr, dos_saddr);
-        keys_times_queries(dk_acc, ds_saddr, qs_saddr);
+        // step's BLOCK_M queries as k. (Staged dQ: after dQ, below, so that its reductions drain
+        // under these 128 mma, as ptxas schedules the unstaged kernel's unmasked step.)
+        if constexpr (!C::STAGE_DQ) {
+            keys_times_queries(dv_acc, p_saddr, dos_saddr);
+            keys_times_queries(dk_acc, ds_saddr, qs_saddr);
+        }
 
         // dQ_i += dS K_j: the warp's 32 query rows x Q_COLS columns over the block's keys, a
         // chunk of Q_CHUNK columns at a time, each added to global memory as soon as it is
@@ -1166,28 +1254,90 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
                     }
                 }
             }
+            if constexpr (C::STAGE_DQ) {
+                // The chunk's C fragments into the staging tile at their rows and columns: lane
+                // 4g + t's c0, c1 (c2, c3) at row g (g + 8) of the m-tile, columns 2t, 2t + 1 of
+                // the d-tile, one 8-byte store each (bank arithmetic below).
 #pragma unroll
-            for (int mt = 0; mt < M_TILES; mt++) {
-                const int q_lo = dq_q0 + mt * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
-                float *dq_lo = dq_ws + (row0 + q_lo) * D + dq_d0 + col0 + 2 * t, *dq_hi = dq_lo + 8 * D;
-                const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
+                for (int mt = 0; mt < M_TILES; mt++)
 #pragma unroll
-                for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
-                    const int col = dt * MMA_N;
-                    // into the sum every key block adds to (or this split's partial): the result
-                    // unused, so RED, not ATOM
-                    if (lo_in) atomicAdd(dq_lo + col, dq_acc[mt][dt][0]), atomicAdd(dq_lo + col + 1, dq_acc[mt][dt][1]);
-                    if (hi_in) atomicAdd(dq_hi + col, dq_acc[mt][dt][2]), atomicAdd(dq_hi + col + 1, dq_acc[mt][dt][3]);
+                    for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
+                        float *frag = dq_stage + (dq_q0 + mt * MMA_M + g) * DQ_STAGE_COLS + dq_d0 + col0 + dt * MMA_N + 2 * t;
+                        *reinterpret_cast<float2 *>(frag) = make_float2(dq_acc[mt][dt][0], dq_acc[mt][dt][1]);
+                        *reinterpret_cast<float2 *>(frag + 8 * DQ_STAGE_COLS) = make_float2(dq_acc[mt][dt][2], dq_acc[mt][dt][3]);
+                    }
+            } else {
+#pragma unroll
+                for (int mt = 0; mt < M_TILES; mt++) {
+                    const int q_lo = dq_q0 + mt * MMA_M + g;  // this lane's query rows q_lo, q_lo + 8 of the step
+                    float *dq_lo = dq_ws + (row0 + q_lo) * D + dq_d0 + col0 + 2 * t, *dq_hi = dq_lo + 8 * D;
+                    const bool lo_in = !MASKED || m0 + q_lo < p.seqlen_q, hi_in = !MASKED || m0 + q_lo + 8 < p.seqlen_q;
+#pragma unroll
+                    for (int dt = 0; dt < Q_CHUNK / MMA_N; dt++) {
+                        const int col = dt * MMA_N;
+                        // into the sum every key block adds to (or this split's partial): the result
+                        // unused, so RED, not ATOM
+                        if (lo_in) atomicAdd(dq_lo + col, dq_acc[mt][dt][0]), atomicAdd(dq_lo + col + 1, dq_acc[mt][dt][1]);
+                        if (hi_in) atomicAdd(dq_hi + col, dq_acc[mt][dt][2]), atomicAdd(dq_hi + col + 1, dq_acc[mt][dt][3]);
+                    }
                 }
             }
         }
+
+        // Staged dQ: each query half's rows read back whole and added to the workspace with
+        // FlashAttention-2's access pattern, one instruction per 32 consecutive floats of one row
+        // (sm_80-89: red.global.add.f32, one 128-byte line, 4 full sectors) or per 128 (sm_90:
+        // red.global.add.v4.f32, a whole d128 row or two whole d64 rows, 4 lines, 16 sectors),
+        // where the fragments' atomics above touch 8 rows x 16 bytes (8 lines, 8 sectors) per
+        // instruction. The workspace's layout does not change.
+        //  - Banks. A staged row is D + 8 floats (D a multiple of 32), so row r starts 8 r banks
+        //    on, mod 32. The fragment stores are 8 bytes a lane, served a half-warp at a time:
+        //    lanes 16h .. 16h + 15 are rows g = 4h .. 4h + 3 (relative to a multiple of 8),
+        //    starting 8 g mod 32 = 0, 8, 16, 24 banks on, and 8 bytes at column 2t of one 8-column
+        //    d-tile: banks 8 (g mod 4) + 2t + e plus a constant, 32 different ones, 2 wavefronts
+        //    for 256 bytes, the minimum (with no padding all four rows start at one bank: 4-way).
+        //    The reads: lane l takes DQ_RED_VEC floats at column DQ_RED_VEC l of its row segment;
+        //    a 16-byte load is served 8 lanes at a time, each 8 lanes 128 contiguous bytes of one
+        //    row, and a 4-byte load's 32 lanes read 128 contiguous bytes: 32 banks, the minimum.
+        //  - Sync. Rows dq_q0 .. dq_q0 + 31 of the tile are written by the Q_WARPS_D warps of this
+        //    dq_q0 (warp % Q_WARPS_M) and read back by the same warps, whole rows, of which each
+        //    warp wrote Q_COLS columns only, so those warps meet at named barrier 1 + warp %
+        //    Q_WARPS_M (1 or 2), Q_WARPS_D x 32 threads (4 warps of the wide tile), not the whole block;
+        //    __syncwarp would not order the other warps' stores. The tile is written next in the
+        //    next step, after the loop's __syncthreads, which every read of this step precedes.
+        //  - Rows. Warp w of the half reads rows DQ_READ_ROWS (w / Q_WARPS_M) on; instruction i
+        //    covers the DQ_SEG floats from i DQ_SEG of them, lane l the DQ_RED_VEC from
+        //    DQ_RED_VEC l: row and column are the lane's plus constants. Rows past seqlen_q add
+        //    nothing (the masked step), as before; the deterministic mode's partial is dq_ws.
+        if constexpr (C::STAGE_DQ) {
+            if (warp % C::Q_WARPS_M == 0) named_barrier_sync<1, C::Q_WARPS_D * 32>();
+            else named_barrier_sync<2, C::Q_WARPS_D * 32>();
+            const int lane_row = lane * DQ_RED_VEC / D, lane_col = lane * DQ_RED_VEC % D;
+            const int my_row = dq_q0 + warp / C::Q_WARPS_M * DQ_READ_ROWS + lane_row;  // the lane's first row of the step
+            const float *src = dq_stage + my_row * DQ_STAGE_COLS + lane_col;
+            float *dst = dq_ws + (row0 + my_row) * D + lane_col;
+#pragma unroll
+            for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG; i++) {
+                const int r = i * DQ_SEG / D, c = i * DQ_SEG % D;  // the instruction's rows and columns on from the lane's
+                if (!MASKED || m0 + my_row + r < p.seqlen_q) {
+                    if constexpr (DQ_RED_VEC == 4) red_add_v4(dst + r * D + c, *reinterpret_cast<const float4 *>(src + r * DQ_STAGE_COLS + c));
+                    else atomicAdd(dst + r * D + c, src[r * DQ_STAGE_COLS + c]);
+                }
+            }
+            // dV_j += P^T dO_i and dK_j += dS^T Q_i (above for the unstaged tiles), while the
+            // reductions drain.
+            keys_times_queries(dv_acc, p_saddr, dos_saddr);
+            keys_times_queries(dk_acc, ds_saddr, qs_saddr);
+        }
     };
 
+    WalkPos pos = {h_kv * group, m_first};  // step s's
     for (int s = 0; s < steps; s++) {
         const int stage = s % STAGES;
+        const WalkPos next = walk_next(pos);  // step s + 1's
         if (STAGES == 1 && s > 0) {  // one buffer: every warp is done with step s - 1 before it is overwritten
             __syncthreads();
-            issue_step(s, 0);
+            issue_step(pos, 0);
             cp_async_commit();
         }
         // Q_s and dO_s have landed (this thread's copies, then, after the barrier, every
@@ -1195,13 +1345,14 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
         cp_async_wait<0>();
         __syncthreads();
         if (STAGES == 2 && s + 1 < steps) {  // step s + 1 loads while step s computes
-            issue_step(s + 1, (s + 1) % 2);
+            issue_step(next, (s + 1) % 2);
             cp_async_commit();
         }
-        const int m0 = (first_qb + s % per_head) * BLOCK_M;
+        const int m0 = pos.m0;
         const bool masked = m0 + BLOCK_M > p.seqlen_q || n0 + BLOCK_N > p.seqlen_k || (p.causal && n0 + BLOCK_N - 1 > m0 + shift);
-        if (masked) query_step(s, stage, std::true_type{});
-        else query_step(s, stage, std::false_type{});
+        if (masked) query_step(pos, stage, std::true_type{});
+        else query_step(pos, stage, std::false_type{});
+        pos = next;
     }
     cp_async_wait<0>();  // a block with no step never waited for K and V
 
@@ -1354,7 +1505,10 @@ template <typename T, int D>
 static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
 {
     const fa2_params &p = a.p.fwd;
-    const bool wide = bwd_blocks_per_sm<T, D, BwdWide, 2>(l) > 0;
+    // The wide tile with dQ staged where it fits (BwdWideStaged: H100 and H200; A100 at d64 too),
+    // asked first so that those GPUs ask once, as before.
+    const bool staged = bwd_blocks_per_sm<T, D, BwdWideStaged, 2>(l) > 0;
+    const bool wide = staged || bwd_blocks_per_sm<T, D, BwdWide, 2>(l) > 0;
     if (!wide && bwd_blocks_per_sm<T, D, BwdNarrow, 1>(l) == 0)
         return fa2_fail("launch_bwd_tile", "no backward tile fits the GPU's shared memory per block");
     a.block_n = wide ? BwdWide::BLOCK_N : BwdNarrow::BLOCK_N;
@@ -1368,7 +1522,9 @@ static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
     const int row_grid = (int)std::min((chunks + BWD_PREP_THREADS - 1) / BWD_PREP_THREADS, wave);
     bwd_prep_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
-    const int rc = wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream) : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
+    const int rc = staged ? launch_bwd_main<T, D, BwdWideStaged, 2>(a, stream)
+                   : wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream)
+                          : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
     if (rc != FA2_OK) return rc;
     bwd_convert_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());

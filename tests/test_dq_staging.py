@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""The dQ staging of bwd_variants.py's walk_smem_dq, lane by lane, without a GPU.
+"""Step 14's dQ staging (the BwdWideStaged tile), lane by lane, without a GPU.
 
-Mirrors the staged dQ section of the variant (keep them in step): every warp's C fragments of its
+Mirrors the staged dQ section of steps/14_backward/kernel.cu (keep them in step): every warp's C fragments of its
 dQ chunks go to a shared [64][D + 8] fp32 tile by 8-byte stores, the warps of each query half meet
 at a named barrier, and each reads back whole rows of its half, DQ_RED_VEC floats a lane (4 on
 sm_90, 1 before), for one reduction instruction per 32 DQ_RED_VEC consecutive floats of the
 workspace. Checks, for the staged wide tile (8 warps, 128 keys) at d64 and d128 with both vector
-widths, and the narrow tile's split as well (which the variant does not stage):
+widths, and the narrow tile's split as well (which the step does not stage):
   - the fragment stores: every (row, column) of the step's dQ written once, at row * (D + 8) +
     column, 8-byte aligned; each half-warp of each store (the unit an 8-byte access is served in)
     on 32 different banks;
@@ -19,7 +19,7 @@ widths, and the narrow tile's split as well (which the variant does not stage):
     row-major [rows][D] workspace, starting on a 128-byte line, so DQ_RED_VEC whole lines;
   - the staging tile's bytes are what bwd_smem_bytes adds (34 KB at d128, 18 KB at d64).
 Prints one PASS or FAIL line per case.
-usage: python3 results/2026-11-24-h100-r22/test_dq_staging.py
+usage: python3 tests/test_dq_staging.py
 """
 import sys
 
@@ -32,7 +32,7 @@ def run(WARPS, BLOCK_N, D, VEC):
     Q_WM = BLOCK_M // WARP_ROWS; Q_WD = WARPS // Q_WM
     Q_COLS = D // Q_WD; Q_CHUNK = min(Q_COLS, 32)
     STRIDE = D + PAD; READ_ROWS = WARP_ROWS // Q_WD; SEG = 32 * VEC
-    # the variant's static_asserts
+    # the step's static_asserts
     assert D % 32 == 0 and STRIDE % 32 == 8 and WARP_ROWS % Q_WD == 0
     assert SEG % D == 0 or D % SEG == 0
     assert READ_ROWS * D % SEG == 0 and Q_WM == 2
@@ -98,7 +98,7 @@ def main():
     for WARPS, BLOCK_N, D in ((8, 128, 128), (8, 128, 64), (4, 64, 128), (4, 64, 64)):
         for VEC in (1, 4):
             name = f"dQ staging, {WARPS} warps x {BLOCK_N} keys, d{D}, {'red.v4 (sm_90)' if VEC == 4 else 'scalar red (sm_80-89)'}"
-            if WARPS == 4: name += " (narrow tile: not staged in the variant)"
+            if WARPS == 4: name += " (narrow tile: not staged by the step)"
             try:
                 run(WARPS, BLOCK_N, D, VEC)
                 print(f"PASS {name}")
