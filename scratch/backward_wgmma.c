@@ -39,6 +39,13 @@
  *     MN-major); dS^T stored (st.shared, 2 bytes, the slab swizzle) as dS [query][key];
  *     fence.proxy.async + named barrier (256 consumer threads); dQ part = dS K (A: dS K-major,
  *     both warpgroups' keys; B: K MN-major); dK += dS^T Q (A: dP^T's accumulators; B: Q MN-major).
+ *     Named barriers: 1 = dS stored (256 consumer threads); 2 + c = dq_full[c], 4 + c =
+ *     dq_empty[c] (128 + 32 threads: consumer c and the producer's warp 1). A consumer waits on
+ *     its dQ wgmma (wait_group) before the next step's dS barrier, so with 2 dS stages the
+ *     stage written in step i + 2 is no longer read by step i's dQ (FA3's reasoning for
+ *     kStages_dS = 2, mainloop_bwd_sm90_tma_gmma_ws.hpp, comment above its PdS barrier).
+ *     Accumulators per consumer thread (swap): dV + dK 2 x D/2, S^T + dP^T 2 x BM/2, dQ 32: 224 fp32 at
+ *     both dims (d64: 64 + 128 + 32; d128: 128 + 64 + 32), under FA3's 240 (setmaxnreg).
  *  4. dQ: each consumer's dQ part (64 x 64 fp32 at d128: queries x half of d; 64 queries x 64
  *     at d64) is stored to its staging buffer (16 KB), bar.arrive dq_full[c] (160 threads), the
  *     producer's warp 1 issues cp.reduce.async.bulk.global.shared::cta.add.f32 of the 16 KB,
@@ -474,8 +481,8 @@ static const char *needs(const config *c, int p)
     switch (p) {
     case P_S: return "Q, LSE (q_full mbarrier), K (kv mbarrier)";
     case P_DP: return "dO, D (do_full mbarrier), V";
-    case P_DV: return swap ? "P^T: own S^T registers, no exchange" : "P: both WGs' stores, named barrier (256 thr)";
-    case P_DK: return swap ? "dS^T: own dP^T registers, no exchange" : "dS: both WGs' stores, named barrier (256 thr)";
+    case P_DV: return swap ? "P^T: own S^T registers, no exchange" : "P: own WG's stores, fence.proxy.async + bar (128 thr)";
+    case P_DK: return swap ? "dS^T: own dP^T registers, no exchange" : "dS: own WG's stores, fence.proxy.async + bar (128 thr)";
     default: return swap ? "dS: both WGs' stores, fence.proxy.async + named barrier (256 thr)" : "dS: own dP registers";
     }
 }
@@ -498,12 +505,17 @@ static void print_text(const config *c)
         printf("%-14s %-12s %-6s %-8s | B %s\n", "", "", "", "", b);
         printf("%-14s %-12s %-6s %-8s | needs %s%s%s\n", "", "", "", "", needs(c, p), *s.math ? "; then " : "", s.math);
     }
-    int swap = c->plan == PLAN_SWAP;
-    printf("\nwho writes what another reads: %s\n",
+    int swap = c->plan == PLAN_SWAP, acc = 0;
+    for (int p = 0; p < PRODUCTS; p++) acc += wgmma_d_regs(product_n(c, p));
+    printf("\nfp32 accumulators per consumer thread, an upper bound (S and dP shrink to 16-bit P, dS once formed): %d\n"
+           "(S %d, dP %d, dV %d, dK %d, dQ %d; FA3 gives a consumer 240 registers in all)\n", acc,
+           wgmma_d_regs(product_n(c, P_S)), wgmma_d_regs(product_n(c, P_DP)), wgmma_d_regs(product_n(c, P_DV)),
+           wgmma_d_regs(product_n(c, P_DK)), wgmma_d_regs(product_n(c, P_DQ)));
+    printf("who writes what another reads: %s\n",
            swap ? "dS: WG c stores its dP^T accumulators (keys 64c.., all queries) as dS[query][key] (st.shared 2 B\n"
                   "  at the slab swizzle), read by both WGs as dQ's K-major A; P is never stored (dV reads S^T's registers)."
                 : "P and dS: WG c stores its S / dP accumulators (all queries, keys 64c..) as P, dS[query][key], read\n"
-                  "  by WG c as MN-major A of dV, dK (only its own keys: the barrier orders store and async-proxy read).");
+                  "  by WG c as MN-major A of dV, dK (only its own keys: a barrier of its 128 threads after fence.proxy.async).");
     if (swap)
         printf("P^T from registers works only because S^T puts keys on M: with S = Q K^T (noswap), accumulator rows are\n"
                "queries, register A of dV needs rows = keys, and the reuse fails (--check asserts it fails).\n");
