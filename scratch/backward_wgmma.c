@@ -123,33 +123,9 @@ static int stages_ds(const config *c) { return c->plan == PLAN_NOSWAP && c->dim 
 static int tile_rows(const config *c, int mat) { return mat == M_K || mat == M_V ? BKEYS : c->bm; }
 static int tile_cols(const config *c, int mat) { return mat == M_P || mat == M_DS ? BKEYS : c->dim; }
 
-/* ---- the descriptor model: 128-byte swizzle (layout type 1), 16-bit elements ----
- * K-major (k contiguous): M/N row r at (r / 8) SBO + (r % 8) 128, k at 2k bytes (k < 16 stays in
- * one 128-byte row, LBO unused). MN-major (M/N contiguous): element mn, k at (mn / 64) LBO +
- * (k / 8) SBO + (k % 8) 128 + 2 (mn % 64). Then the swizzle XORs address bits 4-6 with 7-9
- * (the tiles start on 1024-byte boundaries, as the steps align them). */
-static int desc_address(int kmajor, int start, int lbo, int sbo, int mn, int k)
-{
-    int a = kmajor ? start + mn / 8 * sbo + mn % 8 * SW_ROW + k * ELEM_BYTES
-                   : start + mn / 64 * lbo + k / 8 * sbo + k % 8 * SW_ROW + mn % 64 * ELEM_BYTES;
-    return a ^ ((a >> 7) & 7) << 4;
-}
-
-/* The kernel's descriptor for an operand whose M/N index runs along tile rows from r0 and k
- * along columns from c0 (K-major), or k along rows from r0 and M/N along columns from c0
- * (MN-major). Start as the steps compute it: slab c0 / 64, row r0, 2 (c0 % 64) bytes in. */
-typedef struct {
-    int start, lbo, sbo;
-} descriptor;
-
-static descriptor make_descriptor(int kmajor, int rows, int r0, int c0)
-{
-    descriptor d;
-    d.start = c0 / TMA_SLAB_ELEMS * rows * SW_ROW + r0 * SW_ROW + (kmajor ? c0 % TMA_SLAB_ELEMS * ELEM_BYTES : 0);
-    d.lbo = kmajor ? 16 : rows * SW_ROW; /* K-major: unused, 16 as the steps pass it; MN-major: one slab */
-    d.sbo = SW_ATOM;
-    return d;
-}
+/* The descriptor model (the address a 128-byte-swizzle descriptor reaches, and the descriptor the
+ * kernel builds for an operand of a slab tile) lives in layouts.h, where verify_wgmma_backward
+ * runs the same descriptors on the GPU. */
 
 /* ---- the products ---- */
 
@@ -321,13 +297,13 @@ static void build_images(const config *c)
 
 /* The element a shared-memory operand reads at (mn, k), through the descriptor model. */
 static elem smem_read(const config *c, const operand_spec *o, int p, int is_a, int w, int s, int mn, int k,
-                      descriptor *used)
+                      wgmma_sw128_desc *used)
 {
     int r0, c0, rows = tile_rows(c, o->mat);
     operand_origin(c, p, is_a, w, s, &r0, &c0);
-    descriptor d = make_descriptor(o->kmajor, rows, r0, c0);
+    wgmma_sw128_desc d = wgmma_sw128_descriptor(o->kmajor, rows, r0, c0);
     if (used) *used = d;
-    int off = desc_address(o->kmajor, d.start, d.lbo, d.sbo, mn, k);
+    int off = wgmma_sw128_address(o->kmajor, d.start, d.lbo, d.sbo, mn, k);
     const tile_image *t = &images[o->mat];
     if (off < 0 || off >= t->rows * t->cols * ELEM_BYTES || t->at[off / ELEM_BYTES] < 0) return el(-1, -1, -1);
     int idx = t->at[off / ELEM_BYTES];
@@ -465,10 +441,10 @@ static void describe_operand(const config *c, int p, int is_a, operand_spec o, c
                  o.product == P_S ? "P^T" : c->plan == PLAN_SWAP ? "dS^T" : "dS");
         return;
     }
-    descriptor d0, d1;
+    wgmma_sw128_desc d0, d1;
     smem_read(c, &o, p, is_a, 0, 0, 0, 0, &d0);
     smem_read(c, &o, p, is_a, 0, product_ksteps(c, p) > 1 ? 1 : 0, 0, 0, &d1);
-    descriptor e0;
+    wgmma_sw128_desc e0;
     smem_read(c, &o, p, is_a, 1, 0, 0, 0, &e0);
     snprintf(text, size, "smem %s [%d][%d] %s, LBO %d SBO %d, start %d (+%d/kstep, wg1 %d)", matrix_name[o.mat],
              tile_rows(c, o.mat), tile_cols(c, o.mat), o.kmajor ? "K-major" : "MN-major", d0.lbo, d0.sbo, d0.start,
@@ -545,7 +521,7 @@ static void print_csv(const config *c)
             for (int is_a = 1; is_a >= 0; is_a--) {
                 operand_spec o = is_a ? s.a : s.b;
                 operand_result r = check_operand_wgs(c, p, is_a, o, w, w);
-                descriptor d0 = {0, 0, 0}, d1 = {0, 0, 0};
+                wgmma_sw128_desc d0 = {0, 0, 0}, d1 = {0, 0, 0};
                 if (o.src == SRC_SMEM) {
                     smem_read(c, &o, p, is_a, w, 0, 0, 0, &d0);
                     smem_read(c, &o, p, is_a, w, product_ksteps(c, p) > 1, 0, 0, &d1);
@@ -639,16 +615,16 @@ static void run_checks(void)
             for (int kk = 0; kk < d / WG_K; kk++)
                 for (int r = 0; r < rows; r++)
                     for (int k = 0; k < WG_K; k++) {
-                        descriptor q = make_descriptor(1, rows, 0, WG_K * kk);
-                        ok &= desc_address(1, q.start, q.lbo, q.sbo, r, k) == tma_byte_offset(r, WG_K * kk + k, rows);
+                        wgmma_sw128_desc q = wgmma_sw128_descriptor(1, rows, 0, WG_K * kk);
+                        ok &= wgmma_sw128_address(1, q.start, q.lbo, q.sbo, r, k) == tma_byte_offset(r, WG_K * kk + k, rows);
                         ok &= q.start == kk / 4 * rows * SW_ROW + kk % 4 * 32;
                     }
     for (int j = 0; j < 8; j++)
         for (int n = 0; n < 128; n++)
             for (int k = 0; k < WG_K; k++) {
-                descriptor v = make_descriptor(0, 128, WG_K * j, 0);
+                wgmma_sw128_desc v = wgmma_sw128_descriptor(0, 128, WG_K * j, 0);
                 ok &= v.lbo == 128 * SW_ROW && v.sbo == SW_ATOM && v.start == j * WG_K * SW_ROW;
-                ok &= desc_address(0, v.start, v.lbo, v.sbo, n, k) == tma_byte_offset(WG_K * j + k, n, 128);
+                ok &= wgmma_sw128_address(0, v.start, v.lbo, v.sbo, n, k) == tma_byte_offset(WG_K * j + k, n, 128);
             }
     check(ok, "descriptor model = the steps' descriptors over TMA's slabs (K-major Q, K; MN-major V, as verify_wgmma runs)",
           "the model and tma_byte_offset disagree");
