@@ -62,7 +62,9 @@
  * of wgmma_fragments, the slab swizzle that verify_tma checks TMA writes) and a model of the
  * 128-byte-swizzle descriptor address (below) put every operand element where the product's
  * math needs it. The descriptor model is the one verify_wgmma checks on the GPU for K-major
- * A and B and MN-major B; MN-major A (the noswap plan's P^T, dS^T) is not yet verified there. */
+ * A and B and MN-major B; verify_wgmma_backward runs this plan's own descriptors (d128: MN-major B
+ * from a later slab, MN-major A as the noswap plan's P^T, the register reuse, the dS handoff and
+ * the dQ bulk reduce-add) on the GPU. */
 #include "tool.h"
 #include "layouts.h"
 

@@ -5,7 +5,8 @@
 # swizzled patterns, exact copy coverage, ...); this script builds the programs,
 # passes those lines on, and checks the command line of every program. On a
 # machine with a GPU it also runs the hardware verifiers (verify.cu, and
-# verify_wgmma.cu, which runs on compute capability 9.0 and skips elsewhere).
+# verify_wgmma.cu and verify_wgmma_backward.cu, which run on compute capability 9.0 and skip
+# elsewhere, and verify_tma.cu).
 set -u
 cd "$(dirname "$0")/.."
 scratch_make=(make -s -f scratch/scratch.mk)
@@ -105,8 +106,8 @@ expect_refusal "$bin/backward_wgmma" --dim 96
 expect_refusal "$bin/backward_wgmma" --plan both
 
 # The GPU verifiers: they must build wherever nvcc is; they run only where a GPU answers
-# (verify_wgmma prints one SKIP line on a GPU other than compute capability 9.0).
-for name in verify verify_wgmma verify_tma; do
+# (verify_wgmma and verify_wgmma_backward print one SKIP line on a GPU other than compute capability 9.0).
+for name in verify verify_wgmma verify_wgmma_backward verify_tma; do
   if verify_log=$("${scratch_make[@]}" "$bin/$name" 2>&1); then
     result PASS "build scratch GPU verifier ($bin/$name)"
     if nvidia-smi -L >/dev/null 2>&1; then
