@@ -15,13 +15,14 @@
  *
  * The same read in the conditions of a timed step, for the question what a decode shape's
  * "% of bandwidth" compares: --bytes N reads N bytes (a multiple of 16 from 1 MiB to
- * 4 GiB; a decode shape's K and V), and --flush KIND runs, before each timed read, what
- * leaves L2 as the harness's timing does (write: a memset of twice the L2, as
- * common/device.c and reference/sdpa.py flush it, which leaves the L2 full of dirty lines
- * the read must write back as it evicts them, the timing's flush before) or as the timing
- * does now (read: the same bytes read, fa2_l2_flush_read of common/flush.cu); none (the default) runs nothing between the reads, whose 1 GiB
- * leaves only clean lines of its own end behind. The row's probe is stream_read with the
- * defaults, stream_read_<MiB>MiB_after_<KIND> otherwise (the ceiling is the default's).
+ * 4 GiB; a decode shape's K and V), and --flush KIND runs something before each timed
+ * read: read, what the timing of common/device.c and reference/sdpa.py runs, a read of
+ * twice the L2 (fa2_l2_flush_read of common/flush.cu), which leaves only clean lines; write,
+ * the timing's flush before it, a memset of twice the L2, which leaves the L2 full of dirty
+ * lines the read must write back as it evicts them; none (the default), nothing between the
+ * reads, whose 1 GiB leaves only clean lines of its own end behind. The row's probe is
+ * stream_read with the defaults, stream_read_<MiB>MiB_after_<KIND> otherwise (the ceiling
+ * is the default's).
  */
 #include <stdint.h>
 #include <stdio.h>
@@ -103,7 +104,7 @@ int main(int argc, char **argv)
     int blocks_per_sm = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks_per_sm, stream_read_kernel, THREADS, 0));
     const int blocks = prop.multiProcessorCount * blocks_per_sm;
-    // The flush buffer: twice the L2, as the harness's (common/device.c).
+    // The flush buffer: twice the L2, as the harness's (common/device.c, common/flush.cu).
     const size_t flush_bytes = 2 * (size_t)(prop.l2CacheSize ? prop.l2CacheSize : (64 << 20));
     uint4 *src = NULL, *flush_buf = NULL;
     uint32_t *out = NULL;

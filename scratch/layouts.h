@@ -256,6 +256,40 @@ static inline int tma_byte_offset(int row, int col, int rows)
     return col / TMA_SLAB_ELEMS * rows * TMA_SLAB_ROW_BYTES + smem_byte_offset(row, col % TMA_SLAB_ELEMS, TMA_SLAB_ELEMS, 1);
 }
 
+/* ---- wgmma descriptors over those slabs: 128-byte swizzle (layout type 1), 16-bit elements ----
+ * (PTX ISA, "Matrix Descriptor Format" and "Shared Memory Matrix Layout" of wgmma; the model
+ * backward_wgmma's --check emulates and verify_wgmma / verify_wgmma_backward run on the GPU.)
+ * K-major (k contiguous): M/N row r at (r / 8) SBO + (r % 8) 128, k at 2k bytes (k < 16 stays in
+ * one 128-byte row, LBO unused). MN-major (M/N contiguous): element mn, k at (mn / 64) LBO +
+ * (k / 8) SBO + (k % 8) 128 + 2 (mn % 64). Then the swizzle XORs address bits 4-6 with 7-9
+ * (the tiles start on 1024-byte boundaries, as the steps align them). Byte offset from the
+ * tile's base: */
+enum { WGMMA_SW128_ATOM = 1024 }; /* 8 rows of 128 bytes: the swizzle's repeat, the descriptors' SBO */
+static inline int wgmma_sw128_address(int kmajor, int start, int lbo, int sbo, int mn, int k)
+{
+    int a = kmajor ? start + mn / 8 * sbo + mn % 8 * TMA_SLAB_ROW_BYTES + k * ELEM_BYTES
+                   : start + mn / 64 * lbo + k / 8 * sbo + k % 8 * TMA_SLAB_ROW_BYTES + mn % 64 * ELEM_BYTES;
+    return a ^ ((a >> 7) & 7) << 4;
+}
+
+/* The kernel's descriptor for an operand of a [rows][D] slab tile whose M/N index runs along
+ * tile rows from r0 and k along columns from c0 (K-major), or k along rows from r0 and M/N
+ * along columns from c0 (MN-major). Start as the steps compute it: slab c0 / 64, row r0,
+ * 2 (c0 % 64) bytes in (K-major only). */
+typedef struct {
+    int start, lbo, sbo;
+} wgmma_sw128_desc;
+
+static inline wgmma_sw128_desc wgmma_sw128_descriptor(int kmajor, int rows, int r0, int c0)
+{
+    wgmma_sw128_desc d;
+    d.start = c0 / TMA_SLAB_ELEMS * rows * TMA_SLAB_ROW_BYTES + r0 * TMA_SLAB_ROW_BYTES +
+              (kmajor ? c0 % TMA_SLAB_ELEMS * ELEM_BYTES : 0);
+    d.lbo = kmajor ? 16 : rows * TMA_SLAB_ROW_BYTES; /* K-major: unused, 16 as the steps pass it; MN-major: one slab */
+    d.sbo = WGMMA_SW128_ATOM;
+    return d;
+}
+
 static inline int smem_bank(int byte_offset) { return byte_offset / BANK_BYTES % BANKS; }
 
 /* ---- global -> shared copy (cp.async, 16 bytes per thread per iteration) ---- */

@@ -5,7 +5,8 @@
 # swizzled patterns, exact copy coverage, ...); this script builds the programs,
 # passes those lines on, and checks the command line of every program. On a
 # machine with a GPU it also runs the hardware verifiers (verify.cu, and
-# verify_wgmma.cu, which runs on compute capability 9.0 and skips elsewhere).
+# verify_wgmma.cu and verify_wgmma_backward.cu, which run on compute capability 9.0 and skip
+# elsewhere, and verify_tma.cu).
 set -u
 cd "$(dirname "$0")/.."
 scratch_make=(make -s -f scratch/scratch.mk)
@@ -85,6 +86,11 @@ expect_run "--heads 8 --kv-heads 2 --seqlen-q=1000 --seqlen-k=77 --dim 64" "$bin
 expect_run "--seqlen-q 300 --format csv" "$bin/backward_blocks" --seqlen-q 300 --format csv
 expect_run "--block-keys 64 --heads 4 --kv-heads 1 --seqlen-q 333 --seqlen-k 500" "$bin/backward_blocks" --block-keys 64 --heads 4 --kv-heads 1 --seqlen-q 333 --seqlen-k 500
 expect_run "--block-keys=64 --dim 64 --format csv" "$bin/backward_blocks" --block-keys=64 --dim 64 --format csv
+expect_run "--staged 0 --dim 64" "$bin/backward_blocks" --staged 0 --dim 64
+expect_run "--dim 64" "$bin/backward_wgmma" --dim 64
+expect_run "--plan noswap --dim=128" "$bin/backward_wgmma" --plan noswap --dim=128
+expect_run "--plan=noswap --dim 64 --format csv" "$bin/backward_wgmma" --plan=noswap --dim 64 --format csv
+expect_run "--format csv" "$bin/backward_wgmma" --format csv
 expect_refusal "$bin/swizzle" --dim 96
 expect_refusal "$bin/swizzle" --rows
 expect_refusal "$bin/copy_layout" --heads 0
@@ -97,10 +103,13 @@ expect_refusal "$bin/wgmma_fragments" --n 64 --cols 128
 expect_refusal "$bin/backward_blocks" --heads 4 --kv-heads 3
 expect_refusal "$bin/backward_blocks" --causal 2
 expect_refusal "$bin/backward_blocks" --block-keys 96
+expect_refusal "$bin/backward_blocks" --staged 1 --block-keys 64
+expect_refusal "$bin/backward_wgmma" --dim 96
+expect_refusal "$bin/backward_wgmma" --plan both
 
 # The GPU verifiers: they must build wherever nvcc is; they run only where a GPU answers
-# (verify_wgmma prints one SKIP line on a GPU other than compute capability 9.0).
-for name in verify verify_wgmma verify_tma; do
+# (verify_wgmma and verify_wgmma_backward print one SKIP line on a GPU other than compute capability 9.0).
+for name in verify verify_wgmma verify_wgmma_backward verify_tma; do
   if verify_log=$("${scratch_make[@]}" "$bin/$name" 2>&1); then
     result PASS "build scratch GPU verifier ($bin/$name)"
     if nvidia-smi -L >/dev/null 2>&1; then
