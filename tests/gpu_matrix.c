@@ -1188,7 +1188,7 @@ int main(int argc, char **argv)
      * d64/d128, fp16/bf16, then a padded and a [b,h,s,d] layout, peaky scores (Q and K
      * scaled by 4 and 30), a NaN in a Q row, FA2_DETERMINISTIC=1, a 99 KB preset (step 14's
      * narrow tile at d128), the A100 preset (its wide tile unstaged at d128), and the edges
-     * of step 14's tiles. */
+     * of step 14's tiles, its 128-query tile at d64 among them. */
     {
         static const int bwd_seqs[][2] = {{1, 1}, {17, 17}, {127, 127}, {1, 300}, {300, 1}, {65, 200}, {200, 65}, {333, 1000}};
         static const int bwd_heads[3][2] = {{4, 4}, {8, 2}, {8, 1}}; /* heads_q, heads_kv: 1:1, GQA 4:1, MQA */
@@ -1251,6 +1251,28 @@ int main(int argc, char **argv)
         for (int d = 64; d <= 128; d += 64) {
             test_case c = shape(2, 4, 1, 300, 700, d, 1, d == 64 ? FP16 : BF16);
             c.preset = "rtx4090";
+            c.deterministic = 1;
+            run_bwd_case(steps, nsteps, &c);
+        }
+        /* Step 14's 128-query tile (128 queries x 128 keys, 8 warps of 32 queries x 64 keys for
+         * S and dP, four query quarters of staged dQ; d64 where a block may have 196 KB: this
+         * GPU's own limits on an H100 or H200, not the presets): whole query blocks of 128 and one
+         * row past them (128, 129, 255, 256) against key lengths on and off the 128-key blocks,
+         * causal with Nq != Nk both ways (the diagonal crossing a step's quarters, rows that see
+         * no key), GQA 4:2; then its deterministic mode, whose splits the convert kernel counts
+         * in query blocks of 128, causal with Nq > Nk and Nq < Nk. */
+        static const int tall_seqs[][2] = {{128, 200}, {129, 64}, {255, 384}, {256, 129}, {129, 129}, {256, 256}};
+        for (size_t i = 0; i < sizeof tall_seqs / sizeof *tall_seqs; i++)
+            for (int causal = 0; causal < 2; causal++)
+                for (int t = 0; t < 2; t++) {
+                    test_case c = shape(1, 4, 2, tall_seqs[i][0], tall_seqs[i][1], 64, causal, (fa2_dtype)t);
+                    run_bwd_case(steps, nsteps, &c);
+                }
+        for (int t = 0; t < 2; t++) {
+            test_case c = shape(1, 4, 1, 700, 300, 64, 1, (fa2_dtype)t);
+            c.deterministic = 1;
+            run_bwd_case(steps, nsteps, &c);
+            c = shape(2, 8, 2, 255, 900, 64, 1, (fa2_dtype)t);
             c.deterministic = 1;
             run_bwd_case(steps, nsteps, &c);
         }

@@ -1,7 +1,8 @@
 """Step 14's backward work split, lane by lane, without a GPU.
 
-Emulates one step of fa2_bwd_kernel's five products for every warp of both tiles (BwdWide: 8
-warps, 128 keys; BwdNarrow: 4 warps, 64 keys) at d64 and d128: Q, K, V and dO in swizzled shared
+Emulates one step of fa2_bwd_kernel's five products for every warp of its tiles (BwdWide: 8
+warps, 64 queries x 128 keys; BwdNarrow: 4 warps, 64 x 64; both at d64 and d128; BwdTallStaged: 8
+warps, 128 x 128, S and dP warp tiles of 32 queries x 64 keys, d64 only): Q, K, V and dO in swizzled shared
 memory as TileCopy writes them, ldmatrix.x4 (and .trans) and mma.m16n8k16 by their PTX fragment
 definitions, and the kernel's LaneRows addresses, warp tiles and loops, mirrored here (keep them in
 step with steps/14_backward/kernel.cu). Checks S, dP, dV, dK and dQ element by element against
@@ -81,13 +82,13 @@ class LaneRows:
         assert r0 % 8 == 0 and c0 % 2 == 0 and (c0 % 8 < s.span or s.span >= 8)
         return tile + r0 * s.cols * 2 + c0 // 8 * 128 + s.row_off + ((c0 % 8 * 16) ^ s.chunk_xor)
 
-def run(WARPS, BLOCK_N, D):
-    BLOCK_M = 64; WR = 32
-    SDP_WN = BLOCK_N // WR; SDP_WM = WARPS // SDP_WN
+def run(WARPS, BLOCK_N, D, BLOCK_M):
+    WR = 32
+    SDP_WM = BLOCK_M // WR; SDP_WN = WARPS // SDP_WM; SDP_WARP_N = BLOCK_N // SDP_WN; SDP_NT = SDP_WARP_N // 8
     KV_WN = BLOCK_N // WR; KV_WD = WARPS // KV_WN
     Q_WM = BLOCK_M // WR; Q_WD = WARPS // Q_WM
     KV_COLS = D // KV_WD; Q_COLS = D // Q_WD; Q_CHUNK = min(Q_COLS, 32)
-    assert SDP_WM * WR == BLOCK_M
+    assert SDP_WM * SDP_WN == WARPS and SDP_WN * SDP_WARP_N == BLOCK_N and SDP_NT % 2 == 0
     rnd = lambda: random.randint(-3, 3)
     Q = [[rnd() for _ in range(D)] for _ in range(BLOCK_M)]; dO = [[rnd() for _ in range(D)] for _ in range(BLOCK_M)]
     K = [[rnd() for _ in range(D)] for _ in range(BLOCK_N)]; V = [[rnd() for _ in range(D)] for _ in range(BLOCK_N)]
@@ -97,14 +98,14 @@ def run(WARPS, BLOCK_N, D):
     for base, m in ((k_s, K), (v_s, V), (q_s, Q), (do_s, dO)): sm.put_tile(base, m, D)
     S = [[None] * BLOCK_N for _ in range(BLOCK_M)]; dP = [[None] * BLOCK_N for _ in range(BLOCK_M)]
     for w in range(WARPS):
-        sdp_q0 = w % SDP_WM * WR; sdp_k0 = w // SDP_WM * WR
+        sdp_q0 = w % SDP_WM * WR; sdp_k0 = w // SDP_WM * SDP_WARP_N
         qa = [LaneRows(D, sdp_q0 + l % 16, 0, l // 16, D // 8) for l in range(32)]
         kb = [LaneRows(D, sdp_k0 + l // 16 * 8 + l % 8, 0, l // 8 % 2, D // 8) for l in range(32)]
         for (A_s, B_s, out) in ((q_s, k_s, S), (do_s, v_s, dP)):
-            acc = [[[[0] * 4 for _ in range(32)] for _ in range(4)] for _ in range(2)]
+            acc = [[[[0] * 4 for _ in range(32)] for _ in range(SDP_NT)] for _ in range(2)]
             for kk in range(D // 16):
                 af = [ldsm(sm, [qa[l].at(A_s, mt * 16, 2 * kk) for l in range(32)], False) for mt in range(2)]
-                for nt in range(0, 4, 2):
+                for nt in range(0, SDP_NT, 2):
                     bf = ldsm(sm, [kb[l].at(B_s, nt * 8, 2 * kk) for l in range(32)], False)
                     for mt in range(2):
                         mma_x4(acc[mt], nt, af[mt], bf)
@@ -112,7 +113,7 @@ def run(WARPS, BLOCK_N, D):
             # store_scores for P (= S here) and dS (= dP here): swizzled [BLOCK_M][BLOCK_N]
             tile = p_s if out is S else ds_s
             for mt in range(2):
-                for nt in range(4):
+                for nt in range(SDP_NT):
                     for l in range(32):
                         g, t = l // 4, l % 4
                         for hi in range(2):
@@ -121,7 +122,7 @@ def run(WARPS, BLOCK_N, D):
                             sm.m[tile + (row * BLOCK_N + swz(row, col + 1)) * 2] = acc[mt][nt][l][2 * hi + 1]
             # store bank check: lanes write 4 bytes at rows g, col 2t
             for mt in range(2):
-                for nt in range(4):
+                for nt in range(SDP_NT):
                     banks = set()
                     for l in range(32):
                         g, t = l // 4, l % 4; row = sdp_q0 + mt * 16 + g; col = sdp_k0 + nt * 8 + 2 * t
@@ -164,11 +165,11 @@ def run(WARPS, BLOCK_N, D):
 
 random.seed(1)
 failed = 0
-for (w, n) in ((8, 128), (4, 64)):
-    for d in (64, 128):
-        name = f"backward work split, {w} warps x {n} keys, d{d}: S, dP, dV, dK, dQ exact, conflict-free"
+for (w, n, m, dims) in ((8, 128, 64, (64, 128)), (4, 64, 64, (64, 128)), (8, 128, 128, (64,))):
+    for d in dims:
+        name = f"backward work split, {w} warps x {m} queries x {n} keys, d{d}: S, dP, dV, dK, dQ exact, conflict-free"
         try:
-            run(w, n, d)
+            run(w, n, d, m)
             print(f"PASS {name}")
         except AssertionError as e:
             failed += 1

@@ -14,10 +14,11 @@
  *
  * 2. fa2_bwd_kernel: one block per (key block of BLOCK_N keys, kv head, batch). K_j and
  *    V_j stay in shared memory for the whole block; dK_j and dV_j are fp32 mma
- *    accumulators in registers; the block walks the query blocks i of 64 rows that see its
- *    keys (causal: bottom-right aligned as the forward, so from row n0 - (seqlen_k -
- *    seqlen_q) on), of every query head of the kv head's GQA group. For each: Q_i and dO_i
- *    by cp.async into swizzled shared memory, LSE_i and D_i from global memory, then
+ *    accumulators in registers; the block walks the query blocks i of 64 rows (128 in the
+ *    d64 tile below) that see its keys (causal: bottom-right aligned as the forward, so
+ *    from row n0 - (seqlen_k - seqlen_q) on), of every query head of the kv head's GQA
+ *    group. For each: Q_i and dO_i by cp.async into swizzled shared memory, LSE_i and D_i
+ *    from global memory, then
  *      S  = Q_i K_j^T           P = exp2(S scale log2e - LSE log2e)   (masked)   -> smem
  *      dP = dO_i V_j^T          dS = P * (dP - D_i)                               -> smem
  *      dV_j += P^T dO_i         dK_j += dS^T Q_i
@@ -54,6 +55,16 @@
  *    spill of the loop's invariants on sm_90. Measured on an H100, 3 rounds: 6.59 -> 4.82
  *    ms at B4 H16 N4096 d128 (-27%; -18% at d64), the walk alone 4% of it; profile
  *    counts and the other variants tried on docs/measurements/14_backward.md.
+ *
+ *    The 128-query tile (BwdTallStaged, d64 only). At d64 a 64-query step runs 160 mma
+ *    per warp, half the d128 step's, for the same per-step costs (two __syncthreads, LSE
+ *    and D loads, the dQ barrier, the loop head). FA2 takes 128 queries x 128 keys at d64
+ *    where a block may have 144 KB; so does this kernel where its 196 KB fit (H100, H200):
+ *    8 warps, 4 (queries) x 2 for S and dP (warp tiles 32 queries x 64 keys), dK and dV,
+ *    and dQ, staged in four query slices of 32 rows, each at its own named barrier (1 to
+ *    4). 320 mma per warp and step, as at d128; half the steps. Not measured yet:
+ *    results/2026-11-25-h100-r23/d64_tile_plan.md has its prediction and the runs that
+ *    would measure it.
  *
  * 3. bwd_convert_kernel: dQ = scale x the fp32 accumulator, rounded to the dtype and
  *    written at dq's strides. (dK is scaled in registers before its store.)
@@ -760,36 +771,38 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 }
 
 extern "C" const char *fa2_name(void) { return "14_backward"; }
-extern "C" const char *fa2_key_change(void) { return "the backward: FA2's work split on mma.sync (64 queries x 128 keys on 8 warps; 64 x 64 on 4 in a 99 KB block), P and dS through shared memory, dK and dV in registers, dQ by fp32 atomics, whole rows where shared memory stages them"; }
+extern "C" const char *fa2_key_change(void) { return "the backward: FA2's work split on mma.sync (64 queries x 128 keys on 8 warps, 128 x 128 at d64 in a 196 KB block; 64 x 64 on 4 in a 99 KB block), P and dS through shared memory, dK and dV in registers, dQ by fp32 atomics, whole rows where shared memory stages them"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
 extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
 
 // ==== the backward pass ==========================================================
 
-// The tiles. A block owns BLOCK_N keys and walks the query rows BWD_BLOCK_M at a time;
-// its warps split each product of a step their own way, FlashAttention-2's sm80 work
-// split (Flash_bwd_kernel_traits in csrc/flash_attn/src/kernel_traits.h, picked per head
-// dim and shared memory in flash_bwd_launch_template.h, Dao-AILab/flash-attention: at
-// d128, 64 queries x 128 keys, 8 warps, 2 x 4 for S and dP, 4 x 2 for dK and dV, 2 x 4
-// for dQ). Every warp tile here is 32 rows (two 16-row m-tiles) deep:
-//   S = Q K^T, dP = dO V^T:      2 warps over the queries x BLOCK_N / 32 over the keys
+// The tiles. A block owns BLOCK_N keys and walks the query rows BLOCK_M at a time; its
+// warps split each product of a step their own way, FlashAttention-2's sm80 work split
+// (Flash_bwd_kernel_traits in csrc/flash_attn/src/kernel_traits.h, picked per head dim and
+// shared memory in flash_bwd_launch_template.h, Dao-AILab/flash-attention: at d128, 64
+// queries x 128 keys, 8 warps, 2 x 4 for S and dP, 4 x 2 for dK and dV, 2 x 4 for dQ; at
+// d64 where a block may have 144 KB, run_mha_bwd_hdim64's 128 x 128, 8 warps, 4 x 2 for
+// all three). Every warp tile here is 32 rows (two 16-row m-tiles) deep:
+//   S = Q K^T, dP = dO V^T:      BLOCK_M / 32 warps over the queries x the rest over the keys
 //   dV += P^T dO, dK += dS^T Q:  BLOCK_N / 32 warps over the keys x the rest over the head dim
-//   dQ += dS K:                  2 warps over the queries x the rest over the head dim
+//   dQ += dS K:                  BLOCK_M / 32 warps over the queries x the rest over the head dim
 // A warp of the first two loads 32 rows of each operand per k-step, 4 ldmatrix.x4 for 8
-// mma: each fragment feeds two or more mma, where a warp of 16 keys (step 14's first
-// kernel) brought in every query row for one.
-constexpr int BWD_BLOCK_M = 64;  // query rows per step of the walk, in every tile
+// mma (BLOCK_M 128: 32 queries x 64 keys, 6 for 16): each fragment feeds two or more mma,
+// where a warp of 16 keys (step 14's first kernel) brought in every query row for one.
 constexpr int BWD_WARP_ROWS = 2 * MMA_M;
-template <int WARPS_, int BLOCK_N_>
+template <int WARPS_, int BLOCK_N_, int BLOCK_M_ = 64>
 struct BwdTile {
-    static constexpr int WARPS = WARPS_, THREADS = WARPS * 32, BLOCK_M = BWD_BLOCK_M, BLOCK_N = BLOCK_N_;
-    static constexpr bool STAGE_DQ = false;  // dQ's atomics straight from the C fragments (BwdWideStaged: through shared memory)
-    static constexpr int SDP_WARPS_N = BLOCK_N / BWD_WARP_ROWS, SDP_WARPS_M = WARPS / SDP_WARPS_N;  // S, dP: keys, queries
+    static constexpr int WARPS = WARPS_, THREADS = WARPS * 32, BLOCK_M = BLOCK_M_, BLOCK_N = BLOCK_N_;
+    static constexpr bool STAGE_DQ = false;  // dQ's atomics straight from the C fragments (the *Staged tiles: through shared memory)
+    static constexpr int SDP_WARPS_M = BLOCK_M / BWD_WARP_ROWS, SDP_WARPS_N = WARPS / SDP_WARPS_M;  // S, dP: queries, keys
+    static constexpr int SDP_WARP_N = BLOCK_N / SDP_WARPS_N;                                        // S, dP: keys of a warp
     static constexpr int KV_WARPS_N = BLOCK_N / BWD_WARP_ROWS, KV_WARPS_D = WARPS / KV_WARPS_N;     // dK, dV: keys, head dim
     static constexpr int Q_WARPS_M = BLOCK_M / BWD_WARP_ROWS, Q_WARPS_D = WARPS / Q_WARPS_M;        // dQ: queries, head dim
     static_assert(BLOCK_N % BWD_WARP_ROWS == 0 && BLOCK_M % BWD_WARP_ROWS == 0, "warp tiles of 32 keys and 32 queries cover the block");
-    static_assert(SDP_WARPS_M * SDP_WARPS_N == WARPS && SDP_WARPS_M * BWD_WARP_ROWS == BLOCK_M,
-                  "S and dP: the warps' 32 x 32 tiles cover the step's BLOCK_M x BLOCK_N scores exactly once");
+    static_assert(SDP_WARPS_M * SDP_WARPS_N == WARPS && SDP_WARPS_N * SDP_WARP_N == BLOCK_N,
+                  "S and dP: the warps' 32 x SDP_WARP_N tiles cover the step's BLOCK_M x BLOCK_N scores exactly once");
+    static_assert(SDP_WARP_N % (2 * MMA_N) == 0, "a warp's S and dP keys are whole pairs of 8-key n-tiles: one ldmatrix.x4 of K or V each");
     static_assert(KV_WARPS_N * KV_WARPS_D == WARPS, "dK and dV: every warp owns 32 keys of one slice of the head dim");
     static_assert(Q_WARPS_M * Q_WARPS_D == WARPS, "dQ: every warp owns 32 query rows of one slice of the head dim");
     static_assert(BLOCK_N * 2 % 128 == 0, "a row of the P and dS tiles is whole 128-byte bank windows, so the swizzle makes their reads conflict-free");
@@ -808,6 +821,20 @@ using BwdNarrow = BwdTile<4, 64>;
 // tile type; BwdWide and BwdNarrow compile as before).
 constexpr int DQ_STAGE_PAD = 8;  // floats after each staged row: rows start 8 banks apart (the dQ section)
 struct BwdWideStaged : BwdTile<8, 128> {
+    static constexpr bool STAGE_DQ = true;
+};
+// d64 only: FlashAttention-2's d64 tile where a block may have 144 KB (run_mha_bwd_hdim64 takes
+// Flash_bwd_kernel_traits<64, 128, 128, 8, 4, 4, 4> there), 128 queries x 128 keys on 8 warps, 4 x 2
+// for S and dP (warp tiles 32 queries x 64 keys), dK and dV, and dQ, with dQ staged: a step runs
+// 320 mma per warp, as the wide tile's at d128, where the wide tile's d64 step runs 160 for the
+// same two __syncthreads, LSE and D loads and dQ barrier. Shared memory: K, V 16 KB each, Q, dO 16
+// KB each per buffer, two buffers, P, dS 32 KB each: 160 KB, and the [128][72] fp32 staging tile,
+// 36 KB: 196 KB, which H100 and H200 blocks (227 KB) take and the A100's (163 KB) do not. The
+// A100 keeps BwdWideStaged at d64 (114 KB): the 128-query tile without staging (160 KB) would fit
+// it, but trades the whole-row reductions (measured -18% at d64 on an H100) for the longer step,
+// unmeasured; FA2's 144 KB single-buffers dO (kernel_traits.h, kSmemQdOSize: 3 tiles, not 4),
+// which this kernel's buffers (Q and dO share a stage) do not do. The 99 KB GPUs keep BwdWide.
+struct BwdTallStaged : BwdTile<8, 128, 128> {
     static constexpr bool STAGE_DQ = true;
 };
 // Floats per dQ reduction lane: red.global.add.v4.f32 on sm_90 and newer (PTX ISA 8.1), one float
@@ -835,6 +862,8 @@ static_assert(bwd_smem_bytes<BwdWideStaged, 128, 2>() == 194 * 1024 && bwd_smem_
               "the staged wide tile's sizes BwdWideStaged's comment quotes (and the GPUs it fits)");
 static_assert(bwd_smem_bytes<BwdWide, 128, 2>() == 160 * 1024 && bwd_smem_bytes<BwdNarrow, 128, 1>() == 80 * 1024,
               "the sizes the header and the choice below quote");
+static_assert(bwd_smem_bytes<BwdTallStaged, 64, 2>() == 196 * 1024 && BwdTallStaged::Q_WARPS_M == 4,
+              "the 128-query tile's size BwdTallStaged's comment quotes (and the GPUs it fits), in four query quarters of dQ");
 
 // A lane's ldmatrix row address in a swizzled tile of COLS 16-bit columns, for one
 // fragment pattern: the lane points at row `row` (its row in the pattern plus the warp's
@@ -873,13 +902,14 @@ __device__ __forceinline__ float2 unpack2(uint32_t x)
     else return __bfloat1622float2(*reinterpret_cast<__nv_bfloat162 *>(&x));
 }
 
-// The first query block that sees key n0 (causal: row r sees keys <= r + shift, so
-// rows from n0 - shift on; all of them otherwise). The main kernel starts its walk
-// there and the convert kernel's deterministic sum skips the partials of the splits
-// blocks that start past a row's block: the same function, so they agree.
-__device__ __forceinline__ int first_query_block(int n0, int shift, int causal)
+// The first query block of block_m rows (the tile's BLOCK_M) that sees key n0 (causal: row
+// r sees keys <= r + shift, so rows from n0 - shift on; all of them otherwise). The main
+// kernel starts its walk there and the convert kernel's deterministic sum skips the partials
+// of the splits blocks that start past a row's block: the same function and block_m, so they
+// agree.
+__device__ __forceinline__ int first_query_block(int n0, int shift, int causal, int block_m)
 {
-    return causal ? max(0, n0 - shift) / BWD_BLOCK_M : 0;
+    return causal ? max(0, n0 - shift) / block_m : 0;
 }
 
 // The workspace: dQ's fp32 accumulator [partials][batch * heads_q * seqlen_q][D]
@@ -894,6 +924,7 @@ struct BwdArgs {
     int dq_partials;     // partials in dq_ws: the S splits, or 1 (the sum every key block adds to)
     int n_block0;        // this launch's first key block (deterministic; 0 otherwise)
     int block_n;         // keys per block of the tile the main kernel runs (its split x starts at key block x)
+    int block_m;         // query rows per step of that tile (its walk's query blocks)
 };
 
 // Kernel 1: D = rowsum(dO * O), and dQ's accumulators (the sum, or each split's partial)
@@ -936,7 +967,7 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_prep_kernel(const BwdArg
 }
 
 // Named barrier ID (1 to 15: 0 is __syncthreads') for THREADS threads, a multiple of 32: the
-// warps that stage one query half's dQ rows and read them back. Orders their shared-memory
+// warps that stage one query slice's dQ rows and read them back. Orders their shared-memory
 // stores before their loads, as __syncthreads does for the whole block. The operands are
 // immediates: with an id in a register ptxas reserves all 16 barriers.
 template <int ID, int THREADS>
@@ -944,6 +975,18 @@ __device__ __forceinline__ void named_barrier_sync()
 {
     static_assert(ID >= 1 && ID <= 15 && THREADS % 32 == 0, "a named barrier other than __syncthreads' 0, for whole warps");
     asm volatile("bar.sync %0, %1;\n" ::"n"(ID), "n"(THREADS) : "memory");
+}
+// Named barrier `id`, one of 1 .. LAST, a warp-uniform value, each as an immediate (above): a
+// chain of LAST - 1 compares.
+template <int LAST, int THREADS>
+__device__ __forceinline__ void named_barrier_sync_of(int id)
+{
+    if constexpr (LAST > 1) {
+        if (id == LAST) named_barrier_sync<LAST, THREADS>();
+        else named_barrier_sync_of<LAST - 1, THREADS>(id);
+    } else {
+        named_barrier_sync<1, THREADS>();
+    }
 }
 
 // dst[0..3] += v, the result unused: one red.global.add.v4.f32 (sm_90 and newer, PTX ISA 8.1;
@@ -961,9 +1004,10 @@ __device__ __forceinline__ void red_add_v4(float *dst, float4 v)
 
 // Kernel 2: one block per (key block, kv head, batch); see the header for the algorithm.
 // One block per SM in practice (the wide tile: 256 threads at 220 to 255 registers fill
-// the register file; the narrow one: 80 KB of a 99 KB GPU's 100 KB per SM), so the bound
-// leaves ptxas all 255 registers: dK and dV take 128 of them in both tiles at d128, S and
-// dP 64 more while dS is formed.
+// the register file; the narrow one: 80 KB of a 99 KB GPU's 100 KB per SM; the 128-query
+// one: 196 KB of an H100's 228 KB per SM), so the bound leaves ptxas all 255 registers: dK
+// and dV take 128 of them in both tiles at d128, S and dP 64 more while dS is formed (the
+// 128-query tile at d64: dK and dV 64, S and dP 128).
 template <typename T, int D, typename C, int STAGES>
 __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
 {
@@ -972,7 +1016,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     constexpr int Q_COLS = D / C::Q_WARPS_D;              // head-dim columns of a warp's dQ
     constexpr int Q_CHUNK = Q_COLS < 32 ? Q_COLS : 32;    // dQ columns accumulated at a time
     constexpr int M_TILES = BWD_WARP_ROWS / MMA_M;        // m-tiles of a warp tile, in every product
-    constexpr int SDP_N_TILES = BWD_WARP_ROWS / MMA_N;    // key n-tiles of a warp's S and dP
+    constexpr int SDP_N_TILES = C::SDP_WARP_N / MMA_N;    // key n-tiles of a warp's S and dP
     static_assert(D % MMA_K == 0, "S = Q K^T and dP = dO V^T consume the head dim 16 at a time (the k of m16n8k16)");
     static_assert(KV_COLS % (2 * MMA_N) == 0, "a warp's dK and dV columns are whole pairs of d-tiles: one ldmatrix.x4.trans of Q or dO each");
     static_assert(Q_COLS % Q_CHUNK == 0 && Q_CHUNK % (2 * MMA_N) == 0,
@@ -982,15 +1026,15 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     static_assert(STAGES == 1 || STAGES == 2, "Q and dO single- or double-buffered");
     // dQ staged (C::STAGE_DQ; the dQ section below): the staging tile's rows and the reductions.
     constexpr int DQ_STAGE_COLS = D + DQ_STAGE_PAD;                     // floats per staged row
-    constexpr int DQ_READ_ROWS = BWD_WARP_ROWS / C::Q_WARPS_D;          // rows of its query half a warp reads back
+    constexpr int DQ_READ_ROWS = BWD_WARP_ROWS / C::Q_WARPS_D;          // rows of its query slice a warp reads back
     constexpr int DQ_SEG = 32 * DQ_RED_VEC;                             // floats per reduction instruction
     static_assert(!C::STAGE_DQ || (D % 32 == 0 && DQ_STAGE_COLS % 32 == 8),
                   "staged dQ rows are whole 128-byte lines, and a staged row starts 8 banks after the one above, so a half-warp's 8-byte fragment stores (4 rows x 32 bytes) meet 32 different banks");
-    static_assert(!C::STAGE_DQ || BWD_WARP_ROWS % C::Q_WARPS_D == 0, "every warp of a query half reads back the same number of whole rows");
+    static_assert(!C::STAGE_DQ || BWD_WARP_ROWS % C::Q_WARPS_D == 0, "every warp of a query slice reads back the same number of whole rows");
     static_assert(!C::STAGE_DQ || DQ_SEG % D == 0 || D % DQ_SEG == 0,
                   "a reduction instruction covers whole rows or an even part of one, so its rows and columns are the lane's plus constants");
     static_assert(!C::STAGE_DQ || DQ_READ_ROWS * D % DQ_SEG == 0, "a warp's rows are whole reduction instructions");
-    static_assert(!C::STAGE_DQ || C::Q_WARPS_M == 2, "two query halves of dQ, two named barriers (1 and 2; 0 is __syncthreads')");
+    static_assert(!C::STAGE_DQ || C::Q_WARPS_M <= 15, "a named barrier for each query slice of dQ, 1 .. Q_WARPS_M (0 is __syncthreads')");
     const fa2_bwd_params &bp = a.p;
     const fa2_params &p = a.p.fwd;
     extern __shared__ __align__(16) uint16_t smem[];
@@ -1011,7 +1055,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
     // The warp's tile of each product (first row or column in the step or the block):
-    const int sdp_q0 = warp % C::SDP_WARPS_M * BWD_WARP_ROWS, sdp_k0 = warp / C::SDP_WARPS_M * BWD_WARP_ROWS;  // S, dP
+    const int sdp_q0 = warp % C::SDP_WARPS_M * BWD_WARP_ROWS, sdp_k0 = warp / C::SDP_WARPS_M * C::SDP_WARP_N;  // S, dP
     const int kv_k0 = warp % C::KV_WARPS_N * BWD_WARP_ROWS, kv_d0 = warp / C::KV_WARPS_N * KV_COLS;          // dK, dV
     const int dq_q0 = warp % C::Q_WARPS_M * BWD_WARP_ROWS, dq_d0 = warp / C::Q_WARPS_M * Q_COLS;             // dQ
     const int group = p.heads_q / p.heads_kv;   // GQA: the query heads of this kv head
@@ -1022,7 +1066,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
 
     // The walk: step s is query block first_qb + s % per_head of query head
     // h_kv * group + s / per_head.
-    const int first_qb = first_query_block(n0, shift, p.causal);
+    const int first_qb = first_query_block(n0, shift, p.causal, BLOCK_M);
     const int per_head = max(0, (p.seqlen_q + BLOCK_M - 1) / BLOCK_M - first_qb);
     const int steps = group * per_head;
     // The walk's position, carried from step to step rather than divided out of s where it is
@@ -1284,7 +1328,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
             }
         }
 
-        // Staged dQ: each query half's rows read back whole and added to the workspace with
+        // Staged dQ: each query slice's rows read back whole and added to the workspace with
         // FlashAttention-2's access pattern, one instruction per 32 consecutive floats of one row
         // (sm_80-89: red.global.add.f32, one 128-byte line, 4 full sectors) or per 128 (sm_90:
         // red.global.add.v4.f32, a whole d128 row or two whole d64 rows, 4 lines, 16 sectors),
@@ -1299,19 +1343,19 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
         //    The reads: lane l takes DQ_RED_VEC floats at column DQ_RED_VEC l of its row segment;
         //    a 16-byte load is served 8 lanes at a time, each 8 lanes 128 contiguous bytes of one
         //    row, and a 4-byte load's 32 lanes read 128 contiguous bytes: 32 banks, the minimum.
-        //  - Sync. Rows dq_q0 .. dq_q0 + 31 of the tile are written by the Q_WARPS_D warps of this
-        //    dq_q0 (warp % Q_WARPS_M) and read back by the same warps, whole rows, of which each
-        //    warp wrote Q_COLS columns only, so those warps meet at named barrier 1 + warp %
-        //    Q_WARPS_M (1 or 2), Q_WARPS_D x 32 threads (4 warps of the wide tile), not the whole block;
-        //    __syncwarp would not order the other warps' stores. The tile is written next in the
-        //    next step, after the loop's __syncthreads, which every read of this step precedes.
-        //  - Rows. Warp w of the half reads rows DQ_READ_ROWS (w / Q_WARPS_M) on; instruction i
+        //  - Sync. Rows dq_q0 .. dq_q0 + 31 of the tile (a query slice) are written by the
+        //    Q_WARPS_D warps of this dq_q0 (warp % Q_WARPS_M) and read back by the same warps, whole
+        //    rows, of which each warp wrote Q_COLS columns only, so those warps meet at named
+        //    barrier 1 + warp % Q_WARPS_M (1 or 2 in the wide tile, 1 to 4 in the 128-query one),
+        //    Q_WARPS_D x 32 threads (4 warps of the wide tile, 2 of the 128-query one), not the whole
+        //    block; __syncwarp would not order the other warps' stores. The tile is written next in
+        //    the next step, after the loop's __syncthreads, which every read of this step precedes.
+        //  - Rows. Warp w of the slice reads rows DQ_READ_ROWS (w / Q_WARPS_M) on; instruction i
         //    covers the DQ_SEG floats from i DQ_SEG of them, lane l the DQ_RED_VEC from
         //    DQ_RED_VEC l: row and column are the lane's plus constants. Rows past seqlen_q add
         //    nothing (the masked step), as before; the deterministic mode's partial is dq_ws.
         if constexpr (C::STAGE_DQ) {
-            if (warp % C::Q_WARPS_M == 0) named_barrier_sync<1, C::Q_WARPS_D * 32>();
-            else named_barrier_sync<2, C::Q_WARPS_D * 32>();
+            named_barrier_sync_of<C::Q_WARPS_M, C::Q_WARPS_D * 32>(1 + warp % C::Q_WARPS_M);
             const int lane_row = lane * DQ_RED_VEC / D, lane_col = lane * DQ_RED_VEC % D;
             const int my_row = dq_q0 + warp / C::Q_WARPS_M * DQ_READ_ROWS + lane_row;  // the lane's first row of the step
             const float *src = dq_stage + my_row * DQ_STAGE_COLS + lane_col;
@@ -1393,10 +1437,12 @@ __global__ void __launch_bounds__(BWD_PREP_THREADS) bwd_convert_kernel(const Bwd
         const int i = (int)(row % p.seqlen_q), h = (int)(row / p.seqlen_q % p.heads_q), b = (int)(row / p.seqlen_q / p.heads_q);
         // The partials whose key blocks' walks included row i's query block: the one sum,
         // or, deterministic, the splits in order up to the first whose first key block (split
-        // x starts at key block x) starts past the row: causal, first_query_block grows with
-        // the key block, so no later key block of that split or of the next ones sees it.
+        // x starts at key block x) starts past the row (its walk's first row, first_query_block
+        // times block_m, is past i): causal, first_query_block grows with the key block, so no
+        // later key block of that split or of the next ones sees it.
         float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;
-        for (int split = 0; split < a.dq_partials && first_query_block(split * a.block_n, shift, p.causal) <= i / BWD_BLOCK_M; split++) {
+        for (int split = 0; split < a.dq_partials && first_query_block(split * a.block_n, shift, p.causal, a.block_m) * a.block_m <= i;
+             split++) {
             const float4 *part = reinterpret_cast<const float4 *>(a.dq_ws + (split * rows_total + row) * D + chunk * 8);
             const float4 x = part[0], y = part[1];
             lo.x += x.x, lo.y += x.y, lo.z += x.z, lo.w += x.w;
@@ -1498,20 +1544,39 @@ static int launch_bwd_main(BwdArgs a, cudaStream_t stream)
     return FA2_OK;
 }
 
-// The tile: the wide one, Q and dO double-buffered (step i + 1 loads under step i's math),
-// wherever it fits (160 KB at d128: A100, H100, H200; 96 KB at d64: every GPU here); else the
-// narrow one with one buffer (80 KB at d128: the 99 KB GPUs, where two would take 112 KB).
+// The main kernel in the tile launch_bwd_tile chose (the 128-query one at d64 only).
+template <typename T, int D>
+static int launch_bwd_chosen(BwdArgs a, bool tall, bool staged, bool wide, cudaStream_t stream)
+{
+    if constexpr (D == 64)
+        if (tall) return launch_bwd_main<T, D, BwdTallStaged, 2>(a, stream);
+    return staged ? launch_bwd_main<T, D, BwdWideStaged, 2>(a, stream)
+           : wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream)
+                  : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
+}
+
+// The tile: at d64 the 128-query one with dQ staged wherever it fits (BwdTallStaged, 196 KB:
+// H100, H200); else the wide one, Q and dO double-buffered (step i + 1 loads under step i's
+// math), wherever it fits (160 KB at d128: A100, H100, H200; 96 KB at d64: every GPU here);
+// else the narrow one with one buffer (80 KB at d128: the 99 KB GPUs, where two would take
+// 112 KB).
 template <typename T, int D>
 static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
 {
     const fa2_params &p = a.p.fwd;
-    // The wide tile with dQ staged where it fits (BwdWideStaged: H100 and H200; A100 at d64 too),
-    // asked first so that those GPUs ask once, as before.
-    const bool staged = bwd_blocks_per_sm<T, D, BwdWideStaged, 2>(l) > 0;
+    // Each tile asked in the order of preference, so that a GPU asks only up to the one it takes:
+    // at d64 the 128-query tile (instantiated at d64 only: at d128 it would take 320 KB), then the
+    // wide tile with dQ staged (BwdWideStaged: H100 and H200; A100 at d64 too).
+    bool tall = false;
+    if constexpr (D == 64) tall = bwd_blocks_per_sm<T, D, BwdTallStaged, 2>(l) > 0;
+    const bool staged = tall || bwd_blocks_per_sm<T, D, BwdWideStaged, 2>(l) > 0;
     const bool wide = staged || bwd_blocks_per_sm<T, D, BwdWide, 2>(l) > 0;
     if (!wide && bwd_blocks_per_sm<T, D, BwdNarrow, 1>(l) == 0)
         return fa2_fail("launch_bwd_tile", "no backward tile fits the GPU's shared memory per block");
+    static_assert(BwdTallStaged::BLOCK_N == BwdWide::BLOCK_N && BwdWide::BLOCK_M == BwdNarrow::BLOCK_M,
+                  "block_n and block_m below: the 128-query tile's key blocks are the wide tile's, the narrow tile's query blocks too");
     a.block_n = wide ? BwdWide::BLOCK_N : BwdNarrow::BLOCK_N;
+    a.block_m = tall ? BwdTallStaged::BLOCK_M : BwdWide::BLOCK_M;
     a.dq_partials = a.deterministic ? bwd_dq_splits(&p, a.block_n) : 1;
     // D after the partials the workspace holds, however many of them this tile uses.
     a.d_ws = a.dq_ws + bwd_workspace_partials(&p, a.deterministic) * bwd_rows(&p) * D;
@@ -1522,9 +1587,7 @@ static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
     const int row_grid = (int)std::min((chunks + BWD_PREP_THREADS - 1) / BWD_PREP_THREADS, wave);
     bwd_prep_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
-    const int rc = staged ? launch_bwd_main<T, D, BwdWideStaged, 2>(a, stream)
-                   : wide ? launch_bwd_main<T, D, BwdWide, 2>(a, stream)
-                          : launch_bwd_main<T, D, BwdNarrow, 1>(a, stream);
+    const int rc = launch_bwd_chosen<T, D>(a, tall, staged, wide, stream);
     if (rc != FA2_OK) return rc;
     bwd_convert_kernel<T, D><<<row_grid, BWD_PREP_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
