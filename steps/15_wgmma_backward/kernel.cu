@@ -38,8 +38,8 @@
  * shared memory (nor does dS for dK); with S = Q K^T (queries as M) P and dS would both be stored
  * and read back transposed. Only dS is stored, because dQ = dS K needs it with queries as M and
  * both consumers' keys as k. FlashAttention-3 makes the same choice (Dao-AILab/flash-attention,
- * hopper/flash_bwd_launch_template.h: SdP_swapAB at d64 and d128; mainloop_bwd_sm90_tma_gmma_ws.hpp:
- * dV, dK with A from registers, dS stored K-major for dQ, a named barrier of the MMA threads after
+ * hopper/flash_bwd_launch_template.h: SdP_swapAB at d64 and d128;
+ * hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp: dV, dK with A from registers, dS stored K-major for dQ, a named barrier of the MMA threads after
  * fence_view_async_shared, two dS stages).
  *
  * Tiles. 128 queries per step at d64 and 64 at d128, 128 keys per block (FA3's
@@ -55,11 +55,14 @@
  * consumers split its rows, at d128 its columns (consumer c's K descriptor starts at slab c).
  * A part is stored to shared memory in fragment order (accumulator r of thread t at r x 128 + t:
  * conflict-free) and reduce-added as 16 contiguous KB (cp.reduce.async.bulk .add.f32: the adds
- * happen at L2, one instruction of one thread per part, where step 14 issues 1024 red.v4 per
- * 64 x 128 tile). So the workspace holds dQ in that tile order, per query block, and the convert
- * kernel reads it back from there; LSE and D sit beside it, padded to 128 rows per head so that
- * every bulk copy is a whole, 16-byte-aligned run and rows past seqlen_q add only into padding.
- * (FA3 stages and bulk-reduces dQ the same way: flash_bwd_kernel_sm90.h, dQacc_use_TMA.)
+ * happen at L2, one instruction of one thread per part, where step 14's staged dQ takes 64
+ * warp-wide red.global.add.v4.f32 per 64 x 128 step). So the workspace holds dQ in that tile
+ * order, per query block, and the convert kernel reads it back from there
+ * (tests/test_wgmma_dq_order.py checks the inverse on the CPU); LSE and D sit beside it, padded
+ * to 128 rows per head so that every bulk copy is a whole, 16-byte-aligned run and rows past
+ * seqlen_q add only into padding. (FA3 stages and bulk-reduces dQ the same way below head dim
+ * 256: mainloop_bwd_sm90_tma_gmma_ws.hpp, dQacc_use_TMA; the reduce-add issued by the producer's
+ * second warp, flash_bwd_kernel_sm90.h.)
  *
  * Synchronisation, and why each one exists:
  *  - kv_full (once), q_full / do_full [2 stages] (expect_tx): the producer's copies have landed;
