@@ -39,8 +39,8 @@
  * and read back transposed. Only dS is stored, because dQ = dS K needs it with queries as M and
  * both consumers' keys as k. FlashAttention-3 makes the same choice (Dao-AILab/flash-attention,
  * hopper/flash_bwd_launch_template.h: SdP_swapAB at d64 and d128;
- * hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp: dV, dK with A from registers, dS stored K-major for dQ, a named barrier of the MMA threads after
- * fence_view_async_shared, two dS stages).
+ * hopper/mainloop_bwd_sm90_tma_gmma_ws.hpp: dV, dK with A from registers, dS stored K-major for
+ * dQ, a named barrier of the MMA threads after fence_view_async_shared, two dS stages).
  *
  * Tiles. 128 queries per step at d64 and 64 at d128, 128 keys per block (FA3's
  * flash_bwd_launch_template.h: 128 x 128 at d64; 64 x 128 at d128 with a causal mask, 80 x 128
