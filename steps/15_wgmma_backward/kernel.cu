@@ -1266,19 +1266,20 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
             ds_frag[j][2] = pack2<T>(dp_acc[2 * j + 1][0], dp_acc[2 * j + 1][1]);
             ds_frag[j][3] = pack2<T>(dp_acc[2 * j + 1][2], dp_acc[2 * j + 1][3]);
         }
-        // dV += P^T dO and dK += dS^T Q: BLOCK_M / 16 k-steps each, issued together.
+        // dV += P^T dO (BLOCK_M / 16 k-steps), then the dS stores while it runs, then dK += dS^T Q,
+        // one commit group. The stores read ds_frag, dK's register A: the PTX ISA makes any access
+        // to a wgmma's A registers before a wait_group covering it undefined, so they come before
+        // dK is issued (FlashAttention-3 also stores dS before its dV and dK products), and the
+        // second wgmma.fence orders those reads before dK's.
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dv_acc, p_frag[j], desc_advance(do_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
-#pragma unroll
-        for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dk_acc, ds_frag[j], desc_advance(q_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
-        wgmma_commit();
 
-        // dS [query][key] into this stage's dS tile while they run: element (key 16 warp + g +
-        // 8 (e / 2) of the consumer's, query 8 nt + 2 tq + e % 2) in slab c, at the slab
-        // swizzle (TMA's layout, what the K-major descriptor of dQ's A reads). Per store the 4
-        // lanes tq are 4 rows in 4 different 16-byte chunks and the 8 lanes g 16 bytes of one,
-        // 2 bytes each: 16 banks, no two lanes in different words of one bank.
+        // dS [query][key] into this stage's dS tile: element (key 16 warp + g + 8 (e / 2) of the
+        // consumer's, query 8 nt + 2 tq + e % 2) in slab c, at the slab swizzle (TMA's layout,
+        // what the K-major descriptor of dQ's A reads). Per store the 4 lanes tq are 4 rows in 4
+        // different 16-byte chunks and the 8 lanes g 16 bytes of one, 2 bytes each: 16 banks, no
+        // two lanes in different words of one bank.
         const uint32_t ds_tile = ds_saddr + ds_off + c * BLOCK_M * SWIZZLE_BYTES;
 #pragma unroll
         for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
@@ -1289,6 +1290,11 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
                 st_shared_b16(ds_tile + query * SWIZZLE_BYTES + ((key / 8 ^ query % 8) * 16) + key % 8 * 2,
                               (uint16_t)(e & 1 ? pair >> 16 : pair & 0xffffu));
             }
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dk_acc, ds_frag[j], desc_advance(q_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
+        wgmma_commit();
+
         // Both consumers' dS stored, and visible to the async proxy, before either reads the
         // whole tile. Two dS stages: a consumer reaches this barrier of step s only after its dQ of
         // step s - 1 completed, so the stage written at step s + 1 is no longer read (FA3's
