@@ -24,6 +24,8 @@ static const char *usage_text =
     "                     entry, each 0 to seqlen_k (a KV cache: steps 00 and 13)\n"
     "  --page-size N      K and V in pages of N keys (16 to 256, a power of two), shuffled\n"
     "                     through the pool by --seed, every row no sequence owns NaN (steps 00 and 13)\n"
+    "  --page-order O     shuffled | sequential: the pool's pages in the order they are read, for\n"
+    "                     timing what the shuffle costs (default shuffled; with --page-size)\n"
     "  --backward         also the backward: dQ, dK, dV checked against fp64 (given the\n"
     "                     step's O), then timed on a second line (steps 00 and 14)\n"
     "  --dtype T          fp16 | bf16                               (default fp16)\n"
@@ -103,6 +105,7 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
 {
     int heads_kv = -1, seqlen = 1024, seqlen_q = -1, seqlen_k = -1, warmup = -1, iters = -1, given_seqlen = 0;
     const char *seqlens_text = NULL;
+    int page_order_given = 0;
     memset(opt, 0, sizeof *opt);
     opt->batch = 2;
     opt->heads_q = 8;
@@ -114,7 +117,8 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
 
     static const char *const with_value[] = {"--batch", "--heads", "--kv-heads", "--seqlen", "--seqlen-q",
                                              "--seqlen-k", "--dim", "--dtype", "--seed", "--scale",
-                                             "--warmup", "--iters", "--check", "--csv", "--seqlens-k", "--page-size"};
+                                             "--warmup", "--iters", "--check", "--csv", "--seqlens-k", "--page-size",
+                                             "--page-order"};
     enum { N_FLAGS = sizeof with_value / sizeof *with_value };
     const char *given[N_FLAGS] = {0}; /* the value each flag was given, to refuse a second one */
     for (int i = 1; i < argc; i++) {
@@ -178,6 +182,10 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
         else if (!strcmp(flag, "--page-size")) {
             opt->page_size = (int)parse_int(flag, val, 16, 256);
             if (opt->page_size & (opt->page_size - 1)) die_usage(flag, val, "a power of two from 16 to 256");
+        } else if (!strcmp(flag, "--page-order")) {
+            if (!strcmp(val, "shuffled")) opt->pages_in_order = 0, page_order_given = 1;
+            else if (!strcmp(val, "sequential")) opt->pages_in_order = 1, page_order_given = 1;
+            else die_usage(flag, val, "shuffled, sequential");
         } else if (!strcmp(flag, "--seqlens-k")) {
             seqlens_text = val; /* parsed once --batch and the seqlen are known */
         } else if (!strcmp(flag, "--csv")) {
@@ -211,6 +219,8 @@ void fa2_parse_options(int argc, char **argv, int runs_on_gpu, fa2_options *opt)
     opt->seqlen_q = seqlen_q < 0 ? seqlen : seqlen_q;
     opt->seqlen_k = seqlen_k < 0 ? seqlen : seqlen_k;
     if (seqlens_text) opt->seqlens_k = parse_seqlens(seqlens_text, opt->batch, opt->seqlen_k);
+    if (page_order_given && !opt->page_size)
+        die_usage("--page-order", opt->pages_in_order ? "sequential" : "shuffled", "with --page-size only");
     opt->warmup = warmup >= 0 ? warmup : (runs_on_gpu ? 10 : 0);
     opt->iters = iters >= 0 ? iters : (runs_on_gpu ? 100 : 3);
     if (opt->csv_path) {

@@ -105,7 +105,7 @@ size_t fa2_numel_kv_stored(const fa2_params *p)
     return (size_t)p->num_pages * p->page_size * p->heads_kv * p->head_dim;
 }
 
-void fa2_problem_page(fa2_problem *pr, int page_size, uint64_t seed)
+void fa2_problem_page(fa2_problem *pr, int page_size, uint64_t seed, int in_order)
 {
     fa2_params layout = pr->p;
     fa2_page_layout(&layout, page_size);
@@ -115,7 +115,7 @@ void fa2_problem_page(fa2_problem *pr, int page_size, uint64_t seed)
      * assumes pages in order, or one sequence's pages together, reads the wrong keys. */
     int *order = fa2_xmalloc(sizeof(int) * (size_t)pages, "the page order");
     for (int i = 0; i < pages; i++) order[i] = i;
-    for (int i = pages - 1; i > 0; i--) {
+    for (int i = pages - 1; i > 0 && !in_order; i--) {
         const int j = (int)(splitmix64_at(seed * 3 + 0x50, (uint64_t)i) % (uint64_t)(i + 1)), t = order[i];
         order[i] = order[j], order[j] = t;
     }

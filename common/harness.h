@@ -22,6 +22,7 @@ typedef struct {
     int causal;
     int32_t *seqlens_k; /* --seqlens-k: [batch] key counts, or NULL: every sequence has seqlen_k */
     int page_size;      /* --page-size: K and V in shuffled pages of this many keys, or 0: dense */
+    int pages_in_order; /* --page-order sequential: the pool's pages in the order the sequences read them */
     int plan; /* --plan: print the configuration, run nothing */
     int backward; /* --backward: also check and time the backward (fa2_backward) */
     fa2_dtype dtype;
@@ -67,11 +68,13 @@ void fa2_problem_free(fa2_problem *pr);
  * a page, the page stride as the batch stride. The pointers are left as they are. */
 void fa2_page_layout(fa2_params *p, int page_size);
 /* Copies pr's K and V into pages of page_size keys (fa2_page_layout), the pages of
- * all sequences shuffled through the pool by `seed`; every row no key of a sequence
+ * all sequences shuffled through the pool by `seed` (in_order: the pool holds them in the
+ * order the sequences read them, batch entry after batch entry: a timing experiment, which
+ * a step that ignores the block table would pass); every row no key of a sequence
  * occupies (pages no one owns, the tail of a sequence's last page) holds NaN, and
  * table entries past a sequence's keys name an unowned page, so a key read that is
  * not the sequence's reaches O as NaN. */
-void fa2_problem_page(fa2_problem *pr, int page_size, uint64_t seed);
+void fa2_problem_page(fa2_problem *pr, int page_size, uint64_t seed, int in_order);
 /* The params a step is given for pr, on the host: pr->p, paged when pr is. */
 void fa2_problem_step_params(const fa2_problem *pr, fa2_params *step);
 /* Elements of K (or V) as stored: the page pool when paged, else fa2_numel_kv. */

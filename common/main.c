@@ -137,12 +137,12 @@ static int time_launches(int (*launch)(const void *), const void *ctx, int on_gp
 }
 
 /* The shape, as both result lines start. */
-static void print_shape(const fa2_params *p, int page_size)
+static void print_shape(const fa2_params *p, int page_size, int pages_in_order)
 {
     printf("%-20s %s B%d H%d/%d Nq%d Nk%d d%d %s", fa2_name(), fa2_dtype_name(p->dtype), p->batch, p->heads_q,
            p->heads_kv, p->seqlen_q, p->seqlen_k, p->head_dim, p->causal ? "causal" : "non-causal");
     if (p->seqlens_k) printf(" (Nk per sequence)");
-    if (page_size) printf(" (K, V in pages of %d)", page_size);
+    if (page_size) printf(" (K, V in pages of %d%s)", page_size, pages_in_order ? ", in order" : "");
 }
 
 int main(int argc, char **argv)
@@ -212,7 +212,7 @@ int main(int argc, char **argv)
 
     fa2_problem pr;
     fa2_problem_make(&pr, &p, opt.seed, opt.input_scale);
-    if (opt.page_size) fa2_problem_page(&pr, opt.page_size, opt.seed);
+    if (opt.page_size) fa2_problem_page(&pr, opt.page_size, opt.seed, opt.pages_in_order);
     uint16_t *o_host = fa2_xmalloc(fa2_numel_q(&p) * sizeof(uint16_t), "the host copy of O");
     float *lse_host = fa2_xmalloc(fa2_numel_lse(&p) * sizeof(float), "the host copy of LSE");
 
@@ -264,7 +264,7 @@ int main(int argc, char **argv)
     double tflops = fa2_flops(&p) / (t.median * 1e-3) / 1e12;
     const char *status = !checked ? "UNCHECKED" : (chk.pass ? "PASS" : "FAIL");
 
-    print_shape(&p, opt.page_size);
+    print_shape(&p, opt.page_size, opt.pages_in_order);
     printf(" [%s] | %s", config, status);
     if (checked) {
         printf(" rel_l2 %.1e max_abs %.1e lse %.1e (%d rows)", chk.rel_l2, chk.max_abs, chk.lse_max, chk.rows_checked);
@@ -294,7 +294,7 @@ int main(int argc, char **argv)
         const double btflops = 2.5 * fa2_flops(&p) / (bt.median * 1e-3) / 1e12;
         const char *bstatus = !bwd_checked ? "UNCHECKED" : (bchk.pass ? "PASS" : "FAIL");
         bwd_failed = bwd_checked && !bchk.pass;
-        print_shape(&p, opt.page_size);
+        print_shape(&p, opt.page_size, opt.pages_in_order);
         printf(" backward | %s", bstatus);
         double rel_max = 0, abs_max = 0;
         if (bwd_checked) {

@@ -5,7 +5,9 @@
  *    (ceil(Nk / BLOCK_N), heads_kv, batch), in one of two tiles (launch_bwd_tile): BwdWide, 128
  *    keys on 8 warps, wherever a block may have its 160 KB at d128 (A100, H100, H200) and always
  *    at d64 (96 KB); else BwdNarrow, 64 keys on 4 warps (80 KB at d128, the 99 KB GPUs). --block-keys
- *    picks which. Each product of a step has its own tiling of the warps, every warp tile 32 x 32
+ *    picks which. Where a block has 34 KB (d128) or 18 KB (d64) more, the wide tile stages dQ
+ *    (BwdWideStaged: H100 and H200 at both head dims, the A100 at d64; --staged 0 shows the wide
+ *    tile without it). Each product of a step has its own tiling of the warps, every warp tile 32 x 32
  *    rows deep (BwdTile): S and dP 2 (queries) x BLOCK_N / 32 (keys), dK and dV BLOCK_N / 32 (keys)
  *    x the rest (head dim), dQ 2 (queries) x the rest (head dim);
  *  - its walk: query blocks of BWD_BLOCK_M = 64 rows from first_query_block(n0) = (causal ?
@@ -15,7 +17,10 @@
  *    h_kv group + s / per_head;
  *  - a step runs the masked body when m0 + 64 > Nq, n0 + BLOCK_N > Nk or (causal)
  *    n0 + BLOCK_N - 1 > m0 + shift;
- *  - dQ: each step adds dS K_j into the rows of its query block (red.global.add.f32). With
+ *  - dQ: each step adds dS K_j into the rows of its query block: straight from the C fragments
+ *    (red.global.add.f32 of 2 floats of each of 8 rows: 8 lines per instruction), or, staged,
+ *    through a [64][D + 8] fp32 tile read back a whole row at a time (red.global.add.f32 of 32
+ *    consecutive floats before sm_90, one line; red.global.add.v4.f32 of 128 on sm_90). With
  *    FA2_DETERMINISTIC=1 the kernel runs over S key blocks per launch (S = bwd_dq_splits(BLOCK_N):
  *    about 256 blocks a launch, at most 16, at most the key blocks), key block nb adding into split
  *    nb % S with the same atomics, and bwd_convert_kernel sums, for a row of query block i, the
@@ -32,7 +37,7 @@
 
 static const char usage[] =
     "usage: backward_blocks [--batch B] [--heads H] [--kv-heads K] [--seqlen-q N] [--seqlen-k N] [--dim 64|128]\n"
-    "                       [--block-keys 64|128] [--causal 0|1] [--format text|csv] [--check]\n"
+    "                       [--block-keys 64|128] [--staged 0|1] [--causal 0|1] [--format text|csv] [--check]\n"
     "Step 14's backward: the blocks of its main kernel (one per key block and kv head), the\n"
     "query blocks of 64 rows each one walks, for every query head of its GQA group, which steps run the\n"
     "masked body, which key blocks add into each query block of dQ (under FA2_DETERMINISTIC=1, into which\n"
@@ -41,6 +46,8 @@ static const char usage[] =
     "                Nk300 d128: a GQA group of two, rows that see no key, tails on both sides)\n"
     "  --block-keys   the kernel's tile: 128 (default), BwdWide, 64 queries x 128 keys on 8 warps (A100, H100,\n"
     "             H200 at d128; every GPU at d64); 64, BwdNarrow, 64 x 64 on 4 warps (d128 where a block gets 99 KB)\n"
+    "  --staged   1 (the default with 128 keys): dQ staged through shared memory, BwdWideStaged (H100, H200;\n"
+    "             the A100 at d64); 0: the fragments' atomics (the narrow tile always; the wide one elsewhere)\n"
     "  --causal   1 (default): bottom-right causal mask, as the kernel; 0: none\n"
     "  --format csv: one line per step of a block of batch 0 (kind = step) and per (query head, query block,\n"
     "             key block that adds into it) (kind = dq; key_block -1 where none does), for the figures\n"
@@ -52,11 +59,14 @@ static const char usage[] =
  * query rows per step in both, warp tiles BWD_WARP_ROWS deep; the block's keys and warps are the
  * tile's (bwd_block_n and bwd_warps below, set by --block-keys: 128 and 8, or 64 and 4). */
 enum { BWD_BLOCK_M = 64, BWD_WARP_ROWS = 2 * MMA_M, BWD_MIN_BLOCK_N = 64, MAX_STEPS = 1 << 20 };
-static int bwd_block_n = 128, bwd_warps = 8;
+/* the staged tile's rows: DQ_STAGE_PAD floats after each, so rows start 8 banks apart */
+enum { DQ_STAGE_PAD = 8 };
+static int bwd_block_n = 128, bwd_warps = 8, bwd_staged = 1;
 
-static void set_tile(int block_n)
+static void set_tile(int block_n, int staged)
 {
     bwd_block_n = block_n;
+    bwd_staged = staged;
     bwd_warps = block_n == 128 ? 8 : 4;
 }
 
@@ -145,6 +155,9 @@ static int convert_sources(const walk *w, const shape *s, int qb)
 
 typedef struct {
     int mma, ldsm, sts, red, ex2;
+    /* staged dQ: 8-byte stores of the fragments, then, per lane, the reductions of whole rows
+     * (and as many shared-memory loads) before sm_90 (one float) and on sm_90 (four) */
+    int sts_dq, red_sm80, red_sm90;
 } warp_cost;
 
 /* One warp's step in fa2_bwd_kernel<T, d, tile>: queries_times_keys_t (S, dP), keys_times_queries
@@ -172,16 +185,25 @@ static warp_cost cost_of(int d)
     c.ldsm = 2 * sdp_ldsm + 2 * kv_ldsm + q_ldsm;
     c.sts = 2 * m_tiles * sdp_n_tiles * 2;          /* store_scores of P and dS: rows g and g + 8 per fragment */
     c.red = m_tiles * (q_cols / MMA_N) * 4;         /* dQ: c0..c3 of every fragment, per lane */
+    /* staged: rows g and g + 8 of every fragment, then the warp's BWD_WARP_ROWS / q_warps_d rows
+     * of its query half, 32 (sm_80-89) or 128 (sm_90) floats per reduction instruction */
+    const int read_rows = BWD_WARP_ROWS / q_warps_d;
+    c.sts_dq = bwd_staged ? m_tiles * (q_cols / MMA_N) * 2 : 0;
+    c.red_sm80 = bwd_staged ? read_rows * d / WARP_SIZE : 0;
+    c.red_sm90 = bwd_staged ? read_rows * d / (4 * WARP_SIZE) : 0;
+    if (bwd_staged) c.red = 0;
     c.ex2 = BWD_WARP_ROWS * BWD_WARP_ROWS / WARP_SIZE; /* P = exp2(...): the warp's 32 x 32, per lane */
     return c;
 }
 
 /* bwd_smem_bytes<tile, D, STAGES>: K, V [block_n][D], STAGES buffers of Q and dO [64][D], P and dS
- * [64][block_n]; launch_bwd_tile double-buffers the wide tile, not the narrow one. */
+ * [64][block_n], and the staged tile's fp32 [64][D + 8]; launch_bwd_tile double-buffers the wide
+ * tile, not the narrow one. */
 static int tile_stages(void) { return bwd_block_n == 128 ? 2 : 1; }
 static long smem_bytes(int d, int stages)
 {
-    return (2L * bwd_block_n + 2L * stages * BWD_BLOCK_M) * d * ELEM_BYTES + 2L * BWD_BLOCK_M * bwd_block_n * ELEM_BYTES;
+    return (2L * bwd_block_n + 2L * stages * BWD_BLOCK_M) * d * ELEM_BYTES + 2L * BWD_BLOCK_M * bwd_block_n * ELEM_BYTES +
+           (bwd_staged ? (long)BWD_BLOCK_M * (d + DQ_STAGE_PAD) * 4 : 0);
 }
 
 /* bwd_dq_splits(block_n): key blocks per launch under FA2_DETERMINISTIC=1, enough for about
@@ -241,10 +263,12 @@ static void print_text(const shape *s, const walk *w)
     if (s->causal) printf(" (shift = Nk - Nq = %d: row i sees keys j <= i %c %d)", w->shift, w->shift < 0 ? '-' : '+',
                           w->shift < 0 ? -w->shift : w->shift);
     const int kv_warps_n = bwd_block_n / BWD_WARP_ROWS, q_warps_m = BWD_BLOCK_M / BWD_WARP_ROWS;
-    printf("\nfa2_bwd_kernel, the %s tile (%s):\n  one block per (key block of %d keys, kv head, batch): grid %d x %d x %d "
+    printf("\nfa2_bwd_kernel, the %s (%s):\n  one block per (key block of %d keys, kv head, batch): grid %d x %d x %d "
            "= %ld blocks of %d warps;\n  each walks query blocks of %d rows for the %d query head(s) of its kv head\n",
-           bwd_block_n == 128 ? "wide" : "narrow",
-           bwd_block_n == 128 ? "BwdWide: A100, H100, H200 at d128, every GPU at d64" : "BwdNarrow: d128 where a block gets 99 KB",
+           bwd_block_n == 128 ? (bwd_staged ? "wide tile with dQ staged" : "wide tile") : "narrow tile",
+           bwd_block_n == 128 ? (bwd_staged ? "BwdWideStaged: H100, H200; the A100 at d64"
+                                            : "BwdWide: the A100 at d128, the 99 KB GPUs at d64")
+                              : "BwdNarrow: d128 where a block gets 99 KB",
            bwd_block_n, w->k_blocks, s->kv_heads, s->batch, (long)w->k_blocks * s->kv_heads * s->batch, bwd_warps,
            BWD_BLOCK_M, w->group);
     if (bwd_block_n == 64 && s->dim == 64)
@@ -252,8 +276,10 @@ static void print_text(const shape *s, const walk *w)
     printf("  warps per product, each warp tile 32 rows deep: S, dP %d (queries) x %d (keys); dV, dK %d (keys) x %d (head "
            "dim);\n  dQ %d (queries) x %d (head dim)\n", q_warps_m, kv_warps_n, kv_warps_n, bwd_warps / kv_warps_n,
            q_warps_m, bwd_warps / q_warps_m);
-    printf("  shared memory: K and V [%d][%d], Q and dO [64][%d] in %d buffer%s, P and dS [64][%d]: %ld KB\n\n",
-           bwd_block_n, s->dim, s->dim, tile_stages(), tile_stages() > 1 ? "s" : "", bwd_block_n,
+    char staging[64] = "";
+    if (bwd_staged) snprintf(staging, sizeof staging, ", dQ's fp32 staging tile [64][%d]", s->dim + DQ_STAGE_PAD);
+    printf("  shared memory: K and V [%d][%d], Q and dO [64][%d] in %d buffer%s, P and dS [64][%d]%s: %ld KB\n\n",
+           bwd_block_n, s->dim, s->dim, tile_stages(), tile_stages() > 1 ? "s" : "", bwd_block_n, staging,
            smem_bytes(s->dim, tile_stages()) / 1024);
 
     printf("the walks of kv head 0 (* = the masked body; step s = query block first_qb + s %% per_head of query head "
@@ -314,9 +340,15 @@ static void print_text(const shape *s, const walk *w)
     const double tile_flops = (double)steps_all * bwd_warps * c.mma * 2 * MMA_M * MMA_N * MMA_K;
     const double harness_flops = 2.5 * 4 * (double)visible * s->dim;
     printf("\none step, per warp (64 queries x %d keys on %d warps, d%d): %d mma.sync (five products of %d), %d "
-           "ldmatrix.x4, %d 4-byte\n  stores of P and dS: %.2f shared-memory wavefronts per mma; %d red.global.add.f32 "
-           "per lane (one per %d mma), %d ex2\n", bwd_block_n, bwd_warps, s->dim, c.mma, c.mma / 5, c.ldsm, c.sts,
-           (4.0 * c.ldsm + c.sts) / c.mma, c.red, c.mma / c.red, c.ex2);
+           "ldmatrix.x4, %d 4-byte\n  stores of P and dS: %.2f shared-memory wavefronts per mma; %d ex2\n",
+           bwd_block_n, bwd_warps, s->dim, c.mma, c.mma / 5, c.ldsm, c.sts, (4.0 * c.ldsm + c.sts) / c.mma, c.ex2);
+    if (bwd_staged)
+        printf("  dQ staged: %d 8-byte stores of the fragments, a named barrier of its query half's %d warps, then per "
+               "lane %d\n  red.global.add.v4.f32 on sm_90 (128 floats, 4 lines each) or %d red.global.add.f32 before "
+               "(32 floats, 1 line each)\n", c.sts_dq, bwd_warps / (BWD_BLOCK_M / BWD_WARP_ROWS), c.red_sm90, c.red_sm80);
+    else
+        printf("  dQ from the fragments: %d red.global.add.f32 per lane (one per %d mma), 8 rows and 8 lines each\n",
+               c.red, c.mma / c.red);
     printf("one step, per block: reads Q_i and dO_i, %d KB, and LSE_i and D_i, 512 bytes; adds %d KB of fp32 into dQ; "
            "%.2f MFLOP\n", 2 * BWD_BLOCK_M * s->dim * ELEM_BYTES / 1024, BWD_BLOCK_M * s->dim * 4 / 1024,
            bwd_warps * c.mma * 2.0 * MMA_M * MMA_N * MMA_K / 1e6);
@@ -428,7 +460,7 @@ static void run_checks(void)
     const shape seed = {2, 8, 8, 1024, 1024, 128, 0};
     static walk w;
     for (int block_n = 128; block_n >= 64; block_n -= 64) {
-        set_tile(block_n);
+        set_tile(block_n, 0);
         for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i]);
         /* the cost model: at the seed shape (every tile full) the tensor cores do exactly the 2.5 forwards */
         build(&w, &seed);
@@ -449,7 +481,7 @@ static void run_checks(void)
     } loops[] = {{128, "the wide tile (64 x 128, 8 warps)", {320, 144, 32, 32}, {160, 88, 32, 16}},
                  {64, "the narrow tile (64 x 64, 4 warps)", {320, 144, 32, 64}, {160, 80, 32, 32}}};
     for (size_t i = 0; i < sizeof loops / sizeof *loops; i++) {
-        set_tile(loops[i].block_n);
+        set_tile(loops[i].block_n, 0);
         const warp_cost c128 = cost_of(128), c64 = cost_of(64);
         const int *x = loops[i].d128, *y = loops[i].d64;
         char name[300];
@@ -462,12 +494,29 @@ static void run_checks(void)
               name, "d128 %d, %d, %d, %d; d64 %d, %d, %d, %d", c128.mma, c128.ldsm, c128.sts, c128.red, c64.mma,
               c64.ldsm, c64.sts, c64.red);
     }
+    /* the staged tile (BwdWideStaged): its shared memory as bwd_smem_bytes (the kernel's static_assert
+     * quotes 194 and 114 KB); its reductions add each element of the step's 64 x D once, in whole
+     * lines; its fragment stores write each element once */
+    set_tile(128, 1);
+    for (int d = 64; d <= 128; d += 64) {
+        const warp_cost c = cost_of(d);
+        const long kb = smem_bytes(d, tile_stages()) / 1024, want_kb = d == 128 ? 194 : 114;
+        char name[300];
+        snprintf(name, sizeof name, "backward_blocks: the staged wide tile at d%d takes %ld KB (the kernel's %ld), its %d "
+                 "stores of 2 floats and its reductions (%d of 128 floats on sm_90, %d of 32 before) cover the step's "
+                 "64 x %d dQ once a warp-set", d, kb, want_kb, c.sts_dq, c.red_sm90, c.red_sm80, d);
+        const long elems = (long)BWD_BLOCK_M * d;
+        check(kb == want_kb && (long)c.sts_dq * 2 * WARP_SIZE * bwd_warps == elems &&
+                  (long)c.red_sm90 * 4 * WARP_SIZE * bwd_warps == elems && (long)c.red_sm80 * WARP_SIZE * bwd_warps == elems &&
+                  c.red == 0,
+              name, "%ld KB, %d stores, %d and %d reductions", kb, c.sts_dq, c.red_sm90, c.red_sm80);
+    }
 }
 
 int main(int argc, char **argv)
 {
     shape s = {1, 2, 1, 400, 300, 128, 1};
-    int csv = 0, block_n = 128;
+    int csv = 0, block_n = 128, staged = -1;
     const cli_option opts[] = {
         {"--batch", &s.batch, 1, 65535, 1, NULL},
         {"--heads", &s.heads, 1, 256, 1, NULL},
@@ -476,11 +525,13 @@ int main(int argc, char **argv)
         {"--seqlen-k", &s.seqlen_k, 1, 65536, 1, NULL},
         {"--dim", &s.dim, 64, 128, 64, NULL},
         {"--block-keys", &block_n, 64, 128, 64, NULL},
+        {"--staged", &staged, 0, 1, 1, NULL},
         {"--causal", &s.causal, 0, 1, 1, NULL},
         {"--format", &csv, 0, 0, 0, "text|csv"},
     };
     parse_cli(argc, argv, usage, opts, sizeof opts / sizeof *opts, run_checks);
-    set_tile(block_n);
+    if (staged == 1 && block_n == 64) cli_error("--staged 1 with --block-keys 64: the narrow tile never stages dQ (allowed: --staged 0)");
+    set_tile(block_n, staged < 0 ? block_n == 128 : staged);
     if (s.heads % s.kv_heads) cli_error("--heads %d is not a multiple of --kv-heads %d", s.heads, s.kv_heads);
     const long q_blocks = (s.seqlen_q + BWD_BLOCK_M - 1) / BWD_BLOCK_M, k_blocks = (s.seqlen_k + bwd_block_n - 1) / bwd_block_n;
     if (q_blocks * k_blocks * s.heads > MAX_STEPS)

@@ -452,7 +452,7 @@ static void run_case(step_lib *steps, int nsteps, const test_case *c)
     p.seqlens_k = NULL; /* pr has its own copy */
     put_nan(&pr, c->nan, c->nan_row, c->nan_col);
     if (c->seqlens) nan_past_lengths(&pr);
-    if (c->page_size) fa2_problem_page(&pr, c->page_size, 1000 + (uint64_t)c->nq * 7 + c->nk);
+    if (c->page_size) fa2_problem_page(&pr, c->page_size, 1000 + (uint64_t)c->nq * 7 + c->nk, 0);
     fa2_row_set rs;
     const long long macs = (long long)p.batch * p.heads_q * p.seqlen_q * p.seqlen_k * p.head_dim;
     if (macs <= FULL_CHECK_MACS) fa2_rows_all(&rs, &pr.p);

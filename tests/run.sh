@@ -91,6 +91,7 @@ bad_inputs=(
   "--batch 2 --seqlens-k 1,2,3" "--batch 2 --seqlens-k 5" "--batch 2 --seqlens-k 5,x" "--batch 2 --seqlens-k 5,"
   "--batch 2 --seqlen-k 100 --seqlens-k 5,101" "--batch 2 --seqlens-k -1,5"
   "--batch 2 --seqlens-k 5,7 --backward" "--page-size 16 --backward"
+  "--page-order sequential" "--page-size 16 --page-order random" "--page-size 16 --page-order"
 )
 for args in "${bad_inputs[@]}"; do
   # shellcheck disable=SC2086
@@ -122,7 +123,8 @@ done
 # a KV cache: per-sequence lengths (0, 1, a page boundary, all), K and V in shuffled pages
 for args in "--batch 4 --seqlen-q 4 --seqlen-k 300 --seqlens-k 0,1,64,300 --causal --page-size 64 --kv-heads 2" \
             "--batch 3 --seqlen-q 1 --seqlen-k 600 --seqlens-k 17,0,600 --page-size 16 --dtype bf16 --heads 4 --kv-heads 1" \
-            "--batch 2 --seqlen 200 --page-size 256 --causal --check full" "--batch 2 --seqlen-q 3 --seqlen-k 90 --seqlens-k 90,3"; do
+            "--batch 2 --seqlen 200 --page-size 256 --causal --check full" "--batch 2 --seqlen-q 3 --seqlen-k 90 --seqlens-k 90,3" \
+            "--batch 3 --seqlen-q 1 --seqlen-k 600 --seqlens-k 17,0,600 --page-size 16 --page-order sequential"; do
   # shellcheck disable=SC2086
   expect_pass "step 00 $args" build/step00/fa2 $args --iters 1
 done

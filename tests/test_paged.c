@@ -83,7 +83,7 @@ static void run_case(const paged_case *c)
     const uint64_t seed = 11 + (uint64_t)c->nq * 7 + (uint64_t)c->page_size;
     fa2_problem pr;
     fa2_problem_make(&pr, &shape, seed, 1.0f);
-    if (c->page_size) fa2_problem_page(&pr, c->page_size, seed);
+    if (c->page_size) fa2_problem_page(&pr, c->page_size, seed, 0);
 
     char name[240], why[300];
     char layout[32] = "dense";

@@ -10,6 +10,8 @@
 #   branch=NAME:NN the overlay .ab-base/NAME (a branch name with / turned to -) over a copy of
 #                  the tree: build/tests/gpu_matrix on its step NN, then tools/ab.sh, 3 rounds,
 #                  main's step NN against it at NN's set (13: decode; 14: backward --backward)
+#   check=NAME:NN  build/tests/gpu_matrix on step NN of overlay NAME, and tools/sanitize.sh on it
+#                  (a step with no main counterpart to time against: a new step's first run)
 #   scratch=NAME   bash scratch/test.sh in overlay NAME's copy: every layout program's checks and,
 #                  on this GPU, the hardware verifiers (wip/29-hopper-bwd's verify_wgmma_backward)
 #   compare=NAME:SET  make compare SHAPES=SET (bench, decode, backward) in overlay NAME's copy
@@ -61,6 +63,14 @@ for what in "$@"; do
         >"$log/ab-$name.log" 2>&1
       stage "  ab exit $?"; grep -A40 '^medians' "$log/ab-$name.log" | tee -a "$log/progress.txt"
       gzip -f "$log/matrix-$name.log" ;;
+    check=*:*)
+      spec=${what#check=}; name=${spec%%:*}; step=${spec##*:}; tree=$(copy_of "$name")
+      "$tree"/build/tests/gpu_matrix "$tree/build/step$step/libfa2.so" >"$log/matrix-$name-$step.log" 2>&1
+      stage "check $name, step $step: gpu_matrix exit $?: $(grep -c "^PASS ${step}_" "$log/matrix-$name-$step.log") PASS $(grep -c "^FAIL ${step}_" "$log/matrix-$name-$step.log") FAIL"
+      grep -m 10 '^FAIL' "$log/matrix-$name-$step.log" | tee -a "$log/progress.txt"
+      (cd "$tree" && bash tools/sanitize.sh "build/step$step/fa2") >"$log/sanitize-$name-$step.log" 2>&1
+      stage "  sanitize exit $?: $(grep -c '^PASS' "$log/sanitize-$name-$step.log") PASS $(grep -c '^FAIL' "$log/sanitize-$name-$step.log") FAIL"
+      gzip -f "$log/matrix-$name-$step.log" ;;
     scratch=*)
       name=${what#scratch=}; tree=$(copy_of "$name")
       (cd "$tree" && bash scratch/test.sh) >"$log/scratch-$name.log" 2>&1

@@ -12,6 +12,11 @@
 #   mutants  MUTANT_STEPS=14 tests/mutants.sh, 8 at a time, each stopping at its first FAIL
 #   decode   make compare SHAPES=decode (step 13's split count by the longest range, the
 #            read flush); its CSVs into LOGDIR/decode
+#   profile  (not run in run 90) step 14's backward and torch's FLASH_ATTENTION backward side by
+#            side at B4 H16 N4096, d128 and d64: tools/profile.sh on step 14's first 4 kernels
+#            (forward, prep, main, convert) and on FA2's main kernel, then each main kernel's
+#            per-instruction counters (tools/source_counters.sh: stalls per opcode, what each
+#            memory opcode touches)
 # usage: bash results/2026-11-25-h100-r23/run90.sh LOGDIR STAGE...
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
@@ -49,7 +54,22 @@ for what in "$@"; do
     mutants)
       FA2_TEST_FAIL_LIMIT=1 MUTANT_JOBS=8 MUTANT_STEPS=14 bash tests/mutants.sh >"$log/mutants14.log" 2>&1
       stage "mutants 14: exit $?: $(tail -n 1 "$log/mutants14.log")" ;;
-    *) stage "unknown stage $what (allowed: check compare mutants decode)" ;;
+    profile)
+      printf '#!/bin/sh\nexec python3 reference/sdpa.py "$@"\n' >build/sdpa.sh && chmod +x build/sdpa.sh
+      for d in 128 64; do
+        args="--batch 4 --heads 16 --seqlen 4096 --dim $d --backward"
+        # shellcheck disable=SC2086
+        KERNELS=4 bash tools/profile.sh build/step14/fa2 $args >"$log/profile14-d$d.log" 2>&1
+        # shellcheck disable=SC2086
+        KERNEL_REGEX=fa2_bwd_kernel bash tools/source_counters.sh "$log/src14-d$d" build/step14/fa2 $args --iters 1 --warmup 0 --check off
+        stage "profile step 14 d$d: $(grep -m 1 '^RED' "$log/src14-d$d-memory.txt" | tr -s ' ')"
+        # shellcheck disable=SC2086
+        KERNEL_REGEX=flash_bwd_dq_dk_dv bash tools/profile.sh build/sdpa.sh $args --backends flash >"$log/profilefa2-d$d.log" 2>&1
+        # shellcheck disable=SC2086
+        KERNEL_REGEX=flash_bwd_dq_dk_dv bash tools/source_counters.sh "$log/srcfa2-d$d" build/sdpa.sh $args --backends flash --warmup 0 --iters 1 --check off
+        stage "profile FA2 d$d: $(grep -m 1 '^RED' "$log/srcfa2-d$d-memory.txt" | tr -s ' ')"
+      done ;;
+    *) stage "unknown stage $what (allowed: check compare mutants decode profile)" ;;
   esac
 done
 stage "done"
