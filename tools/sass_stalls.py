@@ -31,11 +31,14 @@ def opcode_of(row, col):
     return re.sub(r"^@!?U?P\w+\s+", "", row[col["Source"]].strip()).split()[0]
 
 
+def instructions(rows, header, col):
+    """The rows that are SASS instructions: whole rows with a source line."""
+    return (r for r in rows if len(r) >= len(header) and r[col["Source"]].strip())
+
+
 def memory_table(rows, header, col):
     sums = collections.defaultdict(collections.Counter)
-    for r in rows:
-        if len(r) < len(header) or not r[col["Source"]].strip():
-            continue
+    for r in instructions(rows, header, col):
         opcode = opcode_of(r, col)
         if MEMORY_OPCODE.match(opcode):
             for name in MEMORY_COLUMNS:
@@ -77,9 +80,7 @@ def main():
     reasons = [h for h in header if h.startswith("stall_") and "Not Issued" not in h]
     samples, executed = collections.Counter(), collections.Counter()
     by_reason = collections.defaultdict(collections.Counter)
-    for r in rows[header_at + 1:]:
-        if len(r) < len(header) or not r[col["Source"]].strip():
-            continue
+    for r in instructions(rows[header_at + 1:], header, col):
         opcode = opcode_of(r, col)
         samples[opcode] += int(r[col["Warp Stall Sampling (All Samples)"]] or 0)
         executed[opcode] += int(r[col["Instructions Executed"]] or 0)
