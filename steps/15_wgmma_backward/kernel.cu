@@ -1317,7 +1317,11 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
         fence_registers(dq_acc);
         fence_registers(p_frag);   // the registers wgmma read stay theirs until it completed
         fence_registers(ds_frag);
-        // Every read of this stage's Q, dO, LSE and D is done (this warp's): release them.
+        // Every read of this stage's Q, dO, LSE and D is done (this warp's): release them. The
+        // lanes read LSE and D with ordinary loads, so they meet first: lane 0's arrive releases
+        // only what lane 0 has done and what the warp's barrier ordered before it, and the copy
+        // engine may overwrite the stage the moment the last arrival lands.
+        __syncwarp();
         if (lane == 0) {
             mbarrier_arrive(q_empty + stage * 8);
             mbarrier_arrive(do_empty + stage * 8);
