@@ -66,7 +66,7 @@
  *
  * Synchronisation, and why each one exists:
  *  - kv_full (once), q_full / do_full [2 stages] (expect_tx): the producer's copies have landed;
- *  - q_empty / do_empty [2] (one arrival per consumer warp, after its dV, dK and dQ completed):
+ *  - q_empty / do_empty [2] (one arrival per consumer thread, after its dV, dK and dQ completed):
  *    the producer refills a stage only when nothing reads it;
  *  - named barrier 1 (256 consumer threads): both consumers' dS are stored before either reads
  *    the whole tile; two dS stages make the next step's stores safe without a second barrier;
@@ -1090,8 +1090,8 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
         for (int s = 0; s < BWD_STAGES; s++) {
             mbarrier_init(q_full + s * 8, 1);
             mbarrier_init(do_full + s * 8, 1);
-            mbarrier_init(q_empty + s * 8, BWD_CONSUMERS * 4);  // one arrival per consumer warp
-            mbarrier_init(do_empty + s * 8, BWD_CONSUMERS * 4);
+            mbarrier_init(q_empty + s * 8, BWD_CONSUMERS * WARPGROUP);  // one arrival per consumer thread
+            mbarrier_init(do_empty + s * 8, BWD_CONSUMERS * WARPGROUP);
         }
         fence_barrier_init();
     }
@@ -1317,15 +1317,13 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
         fence_registers(dq_acc);
         fence_registers(p_frag);   // the registers wgmma read stay theirs until it completed
         fence_registers(ds_frag);
-        // Every read of this stage's Q, dO, LSE and D is done (this warp's): release them. The
-        // lanes read LSE and D with ordinary loads, so they meet first: lane 0's arrive releases
-        // only what lane 0 has done and what the warp's barrier ordered before it, and the copy
-        // engine may overwrite the stage the moment the last arrival lands.
-        __syncwarp();
-        if (lane == 0) {
-            mbarrier_arrive(q_empty + stage * 8);
-            mbarrier_arrive(do_empty + stage * 8);
-        }
+        // Every read of this stage's Q, dO, LSE and D is done (this thread's): release them. Each
+        // thread arrives, not one per warp: LSE and D were read by every lane with ordinary loads,
+        // and an mbarrier arrive releases only the arriving thread's own accesses (the PTX memory
+        // model), so one lane's arrive would let the copy engine overwrite what another lane has
+        // not been ordered to finish reading.
+        mbarrier_arrive(q_empty + stage * 8);
+        mbarrier_arrive(do_empty + stage * 8);
         // The part into the staging buffer in fragment order (accumulator r of thread t at
         // r x 128 + t: a warp's 32 stores per r are 128 contiguous bytes, no bank conflict) once
         // the producer's warp 1 has read the previous step's, then hand it over.
