@@ -24,7 +24,7 @@ NVCCFLAGS  := $(NVCC_OPTS) $(GENCODE)
 # setmaxnreg): they are always built for that target alone, whatever ARCH says, and
 # on any other GPU they refuse to run, in one line. (`make hopper-steps` lists them;
 # `make portable-steps` the others, built for ARCH.)
-HOPPER_STEPS   := 09 10 11 12
+HOPPER_STEPS   := 09 10 11 12 15
 GENCODE_HOPPER := -gencode arch=compute_90a,code=sm_90a
 # The TMA steps need compute capability 9.0 or newer (TMA copies, mbarrier transaction
 # counts), not sm_90a: SASS for sm_90 and for any newer ARCH given (ARCH=120: an RTX 50xx),

@@ -331,7 +331,7 @@ int fa2_validate_bwd_workspace(const fa2_bwd_params *bp, size_t need, char *why,
 int fa2_refuse_backward(const fa2_bwd_params *bp, const char *step, char *why, size_t why_len)
 {
     if (!fa2_validate_bwd_params(bp, why, why_len)) return 0;
-    REFUSE("fa2_backward: step %s computes the forward alone (allowed: a step with a backward: 00 or 14)", step);
+    REFUSE("fa2_backward: step %s computes the forward alone (allowed: a step with a backward: 00, 14 or 15)", step);
 }
 
 static _Thread_local char last_error[256];

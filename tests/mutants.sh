@@ -7,7 +7,9 @@
 # last, shorter key range dropped, a work queue whose next item is not reset for the next
 # call, or an item looked up in the wrong group of 32 pairs (batches past 32 tiles); or
 # 14, the backward: D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's
-# second row dropped, the staged dQ's last reduction of each warp dropped, the causal limit of dK, dV and dQ one key short) with one planted
+# second row dropped, the staged dQ's last reduction of each warp dropped, the causal limit of dK, dV and dQ one key short;
+# or 15, the backward on wgmma: D half its products, LSE not in log2 units, the causal limit one
+# query late, both consumers' dQ parts added onto the first, dQ's even and odd columns swapped) with one planted
 # bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
 # process of its own (a mutant that writes far out of bounds ends its process with an
 # illegal address: it must not end the others' runs too), three at a time, and each must
@@ -51,6 +53,11 @@ mutants=(
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
   "14|bwd_dq_staged_rows_dropped|for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG; i++)|for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG - 1; i++)"
   "14|bwd_causal_off_by_one|min(p.seqlen_k - 1, row + shift)|min(p.seqlen_k - 1, row + shift - 1)"
+  "15|wgbwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
+  "15|wgbwd_lse_not_log2|p.lse[bh * p.seqlen_q + i] * LOG2E|p.lse[bh * p.seqlen_q + i]"
+  "15|wgbwd_causal_off_by_one|vis_lo[r] = p.causal ? keys[r] - shift - m0 - 2 * tq : INT_MIN;|vis_lo[r] = p.causal ? keys[r] - shift - m0 - 2 * tq + 1 : INT_MIN;"
+  "15|wgbwd_dq_parts_onto_one|bulk_reduce_add_f32(dq_tile + c * DQ_PART|bulk_reduce_add_f32(dq_tile + 0 * DQ_PART"
+  "15|wgbwd_dq_odd_even_swapped|pack2<T>(even.x * s, odd.x * s)|pack2<T>(odd.x * s, even.x * s)"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then
   kept=()

@@ -68,6 +68,7 @@ run_program kv-cache-step00 build/tests/test_paged
 run_program backward build/tests/test_backward
 run_program backward-fragments python3 tests/test_bwd_fragments.py
 run_program dq-staging python3 tests/test_dq_staging.py
+run_program wgmma-dq-order python3 tests/test_wgmma_dq_order.py
 run_program checker build/tests/test_checker
 run_program scratch bash scratch/test.sh
 if make -s scratch >"$LOG/make-scratch.log" 2>&1; then result PASS "make scratch (every layout program with its default arguments)"
