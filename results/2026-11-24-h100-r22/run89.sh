@@ -40,6 +40,9 @@ copy_of() { # copy_of NAME: build/tree-NAME, the tree with overlay NAME (none fo
   [ -f "$dst/.built" ] && { echo "$dst"; return; }
   rm -rf "$dst" && mkdir -p "$dst"
   tar --exclude=./build --exclude=./.ab-base -cf - . | tar -xf - -C "$dst"
+  # a missing overlay would time main against main: stop (a device call made without
+  # carrying .ab-base removes it)
+  [ "$1" = main ] || [ -d ".ab-base/$1" ] || { echo "overlay .ab-base/$1 is missing: stopping" >&2; exit 3; }
   [ "$1" = main ] || cp -r ".ab-base/$1/." "$dst/"
   (cd "$dst" && make -s -j16 all >"$log/build-$1.log" 2>&1) && touch "$dst/.built"
   echo "$dst"

@@ -28,6 +28,9 @@ tree_of() { # tree_of NAME: run89.sh's built copy of the tree with overlay NAME
   if [ ! -f "$dst/.built" ]; then
     rm -rf "$dst" && mkdir -p "$dst"
     tar --exclude=./build --exclude=./.ab-base -cf - . | tar -xf - -C "$dst"
+    # a missing overlay would time main against main: stop (a device call made without
+    # carrying .ab-base removes it)
+    [ "$1" = main ] || [ -d ".ab-base/$1" ] || { echo "overlay .ab-base/$1 is missing: stopping" >&2; exit 3; }
     [ "$1" = main ] || cp -r ".ab-base/$1/." "$dst/"
     (cd "$dst" && make -s -j16 all >"$log/build-$1.log" 2>&1) && touch "$dst/.built"
   fi
