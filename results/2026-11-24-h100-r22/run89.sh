@@ -57,7 +57,7 @@ for what in "$@"; do
       stage "probe: done" ;;
     branch=*:*)
       spec=${what#branch=}; name=${spec%%:*}; step=${spec##*:}
-      main_tree=$(copy_of main); tree=$(copy_of "$name")
+      main_tree=$(copy_of main); tree=$(copy_of "$name") || { stage "$what: no tree for $name"; continue; }
       stage "branch $name, step $step: built ($(wc -l <"$log/build-$name.log") lines of build output)"
       "$tree"/build/tests/gpu_matrix "$tree/build/step$step/libfa2.so" >"$log/matrix-$name.log" 2>&1
       stage "  gpu_matrix exit $?: $(grep -c "^PASS ${step}_" "$log/matrix-$name.log") PASS $(grep -c "^FAIL ${step}_" "$log/matrix-$name.log") FAIL"
@@ -67,7 +67,7 @@ for what in "$@"; do
       stage "  ab exit $?"; grep -A40 '^medians' "$log/ab-$name.log" | tee -a "$log/progress.txt"
       gzip -f "$log/matrix-$name.log" ;;
     check=*:*)
-      spec=${what#check=}; name=${spec%%:*}; step=${spec##*:}; tree=$(copy_of "$name")
+      spec=${what#check=}; name=${spec%%:*}; step=${spec##*:}; tree=$(copy_of "$name") || { stage "$what: no tree for $name"; continue; }
       "$tree"/build/tests/gpu_matrix "$tree/build/step$step/libfa2.so" >"$log/matrix-$name-$step.log" 2>&1
       stage "check $name, step $step: gpu_matrix exit $?: $(grep -c "^PASS ${step}_" "$log/matrix-$name-$step.log") PASS $(grep -c "^FAIL ${step}_" "$log/matrix-$name-$step.log") FAIL"
       grep -m 10 '^FAIL' "$log/matrix-$name-$step.log" | tee -a "$log/progress.txt"
@@ -75,12 +75,12 @@ for what in "$@"; do
       stage "  sanitize exit $?: $(grep -c '^PASS' "$log/sanitize-$name-$step.log") PASS $(grep -c '^FAIL' "$log/sanitize-$name-$step.log") FAIL"
       gzip -f "$log/matrix-$name-$step.log" ;;
     scratch=*)
-      name=${what#scratch=}; tree=$(copy_of "$name")
+      name=${what#scratch=}; tree=$(copy_of "$name") || { stage "$what: no tree for $name"; continue; }
       (cd "$tree" && bash scratch/test.sh) >"$log/scratch-$name.log" 2>&1
       stage "scratch ($name): exit $?: $(tail -n 1 "$log/scratch-$name.log")"
       grep -E '^(FAIL|SKIP)' "$log/scratch-$name.log" | head -n 20 | tee -a "$log/progress.txt" ;;
     compare=*:*)
-      spec=${what#compare=}; name=${spec%%:*}; set=${spec##*:}; tree=$(copy_of "$name")
+      spec=${what#compare=}; name=${spec%%:*}; set=${spec##*:}; tree=$(copy_of "$name") || { stage "$what: no tree for $name"; continue; }
       (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
         PYTHONUNBUFFERED=1 make -s compare SHAPES="$set") >"$log/compare-$set-$name.log" 2>&1
       stage "compare $set ($name): exit $?"

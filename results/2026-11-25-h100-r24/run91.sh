@@ -39,7 +39,7 @@ tree_of() { # tree_of NAME: run89.sh's built copy of the tree with overlay NAME
 for what in "$@"; do
   case $what in
     first15=*)
-      tree=$(tree_of "${what#first15=}"); cd "$tree" || exit 2
+      tree=$(tree_of "${what#first15=}") || exit 3; cd "$tree" || exit 2
       stage "step 15 built: $([ -x build/step15/fa2 ] && echo yes || echo NO)"
       while IFS= read -r args; do
         out=$(eval "timeout 60 env $args" 2>&1); rc=$?
@@ -55,7 +55,7 @@ FA2_DETERMINISTIC=1 build/step15/fa2 --backward --batch 2 --heads 8 --kv-heads 2
 RUNS
       cd "$root" ;;
     check15=*)
-      tree=$(tree_of "${what#check15=}"); cd "$tree" || exit 2
+      tree=$(tree_of "${what#check15=}") || exit 3; cd "$tree" || exit 2
       timeout 600 build/tests/gpu_matrix build/step15/libfa2.so >"$log/matrix15.log" 2>&1; m=$?
       pass=$(grep -c '^PASS 15_' "$log/matrix15.log"); fail=$(grep -c '^FAIL 15_' "$log/matrix15.log")
       stage "gpu_matrix step 15: exit $m: $pass PASS $fail FAIL"
@@ -69,7 +69,7 @@ RUNS
       if [ -f "$log/step15-ok" ]; then bash results/2026-11-24-h100-r22/run89.sh "$log" "compare=${what#compare15=}:backward"
       else stage "compare15: skipped (step 15's matrix or sanitize did not pass)"; fi ;;
     pageorder)
-      tree=$(tree_of main)
+      tree=$(tree_of main) || exit 3
       printf '#!/bin/sh\nexec %s "$@" --page-order sequential\n' "$tree/build/step13/fa2" >"$log/step13-sequential.sh"
       chmod +x "$log/step13-sequential.sh"
       . reference/shapes.sh
