@@ -87,6 +87,7 @@ expect_run "--seqlen-q 300 --format csv" "$bin/backward_blocks" --seqlen-q 300 -
 expect_run "--block-keys 64 --heads 4 --kv-heads 1 --seqlen-q 333 --seqlen-k 500" "$bin/backward_blocks" --block-keys 64 --heads 4 --kv-heads 1 --seqlen-q 333 --seqlen-k 500
 expect_run "--block-keys=64 --dim 64 --format csv" "$bin/backward_blocks" --block-keys=64 --dim 64 --format csv
 expect_run "--staged 0 --dim 64" "$bin/backward_blocks" --staged 0 --dim 64
+expect_run "--block-queries 128 --dim 64 --heads 4 --kv-heads 2 --seqlen-q 333" "$bin/backward_blocks" --block-queries 128 --dim 64 --heads 4 --kv-heads 2 --seqlen-q 333
 expect_run "--dim 64" "$bin/backward_wgmma" --dim 64
 expect_run "--plan noswap --dim=128" "$bin/backward_wgmma" --plan noswap --dim=128
 expect_run "--plan=noswap --dim 64 --format csv" "$bin/backward_wgmma" --plan=noswap --dim 64 --format csv
@@ -104,6 +105,7 @@ expect_refusal "$bin/backward_blocks" --heads 4 --kv-heads 3
 expect_refusal "$bin/backward_blocks" --causal 2
 expect_refusal "$bin/backward_blocks" --block-keys 96
 expect_refusal "$bin/backward_blocks" --staged 1 --block-keys 64
+expect_refusal "$bin/backward_blocks" --block-queries 128 --staged 0
 expect_refusal "$bin/backward_wgmma" --dim 96
 expect_refusal "$bin/backward_wgmma" --plan both
 

@@ -1565,7 +1565,7 @@ static int launch_bwd_tile(BwdArgs a, const fa2_limits *l, cudaStream_t stream)
 {
     const fa2_params &p = a.p.fwd;
     // Each tile asked in the order of preference, so that a GPU asks only up to the one it takes:
-    // at d64 the 128-query tile (instantiated at d64 only: at d128 it would take 320 KB), then the
+    // at d64 the 128-query tile (instantiated at d64 only: at d128 it would take 324 KB), then the
     // wide tile with dQ staged (BwdWideStaged: H100 and H200; A100 at d64 too).
     bool tall = false;
     if constexpr (D == 64) tall = bwd_blocks_per_sm<T, D, BwdTallStaged, 2>(l) > 0;
