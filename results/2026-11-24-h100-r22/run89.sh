@@ -35,17 +35,9 @@ log=$(realpath -m "${1:?usage: run89.sh LOGDIR STAGE...}"); shift
 mkdir -p "$log"
 stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
 stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
+. tools/tree_copy.sh
 copy_of() { # copy_of NAME: build/tree-NAME, the tree with overlay NAME (none for main), built
-  local dst=$PWD/build/tree-$1
-  [ -f "$dst/.built" ] && { echo "$dst"; return; }
-  rm -rf "$dst" && mkdir -p "$dst"
-  tar --exclude=./build --exclude=./.ab-base -cf - . | tar -xf - -C "$dst"
-  # a missing overlay would time main against main: stop (a device call made without
-  # carrying .ab-base removes it)
-  [ "$1" = main ] || [ -d ".ab-base/$1" ] || { echo "overlay .ab-base/$1 is missing: stopping" >&2; exit 3; }
-  [ "$1" = main ] || cp -r ".ab-base/$1/." "$dst/"
-  (cd "$dst" && make -s -j16 all >"$log/build-$1.log" 2>&1) && touch "$dst/.built"
-  echo "$dst"
+  tree_copy "$PWD/build/tree-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"
 }
 for what in "$@"; do
   case $what in

@@ -18,12 +18,8 @@ log=$(realpath -m "${1:?usage: run92.sh LOGDIR STAGE...}"); shift
 mkdir -p "$log"
 stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
 stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
-tree=$PWD/build/tree-r92
-if [ ! -f "$tree/.built" ]; then
-  rm -rf "$tree" && mkdir -p "$tree"
-  tar --exclude=./build --exclude=./.ab-base --exclude=./.git -cf - . | tar -xf - -C "$tree"
-  (cd "$tree" && make -s -j16 all >"$log/build.log" 2>&1) && touch "$tree/.built"
-fi
+. tools/tree_copy.sh
+tree=$(tree_copy "$PWD/build/tree-r92" "$log/build.log")
 stage "built: $([ -f "$tree/.built" ] && echo yes || echo NO, see build.log)"
 cd "$tree" || exit 2
 for what in "$@"; do
