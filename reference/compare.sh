@@ -8,6 +8,9 @@
 #
 # usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
 #   SET: seed, bench, sweep, decode, backward (reference/shapes.txt), or all (bench and sweep).
+#   Every set but backward leaves out the steps whose folder name ends in _backward (steps 14
+#   and 15): their forward is another step's (step 07's, step 10's), which has a row of its
+#   own; their rows are backward's.
 #   decode's tables give GB/s of K and V read and the % of the streaming-read bandwidth
 #   (reference/bandwidth_ceiling) instead of TFLOP/s and the mma ceilings. A shape with
 #   options (shapes.txt: page=N, lens=A..B) runs with the harness's --page-size and
@@ -70,6 +73,9 @@ for dir in steps/[0-9][0-9]_*; do
   compgen -G "$dir/kernel.c*" >/dev/null || continue  # a folder left empty by a rename
   # SHAPES=backward: the steps with a backward (the others answer with fa2_refuse_backward)
   [ $backward = 1 ] && grep -q fa2_refuse_backward "$dir"/kernel.c* && continue
+  # every other set: not the steps named *_backward (14, 15), which teach the backward; their
+  # forward is another step's (07's, 10's), timed under that step's own name
+  [ $backward = 0 ] && [[ $dir == *_backward ]] && continue
   bin=build/step$(basename "$dir" | cut -c1-2)/fa2
   [ -x "$bin" ] && step_bins+=("$bin") || missing+=("$bin")
 done

@@ -65,6 +65,7 @@ if [ $summary = 1 ]; then
   marker=summary-$marker
   shapes=$(shapes_of summary | grep -xF "$shapes" || true)
   # the GPU steps and torch's FA2, cuDNN and default backends: a reader's three comparisons
+  # (table.awk leaves out the forward rows of the steps named *_backward, as in every table)
   rows_csv=$(mktemp)
   awk -F, 'FNR == 1 || ($1 ~ /^[0-9][0-9]_/ && $1 !~ /^00_/) || $1 ~ /^torch_sdpa_(flash|cudnn|default)$/' "$csv" >"$rows_csv"
 fi

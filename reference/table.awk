@@ -29,6 +29,9 @@
 # forward row and then its backward row (common/main.c). The second rule, not the suffix
 # alone, tells step 14's forward row (its name, 14_backward, ends in _backward too) from its
 # backward row, 14_backward_backward. Without backward=1 the backward rows are left out.
+# The forward rows of a step whose folder name ends in _backward (14_backward,
+# 15_wgmma_backward) are left out of every table: such a step teaches the backward, and its
+# forward is another step's (step 07's, step 10's), which has a row of its own.
 # mode=count_backward prints the number of backward rows and no table (readme_table.sh asks).
 #
 # awk -v mode=text|markdown -v ceiling_csv=FILE -v shapes="B HQ HKV NQ NK D C DTYPE;..." \
@@ -101,6 +104,8 @@ NF >= 19 {
     is_bwd = $1 ~ /^torch_sdpa_[a-z]+_backward$/ || ($1 ~ /_backward$/ && (key, substr($1, 1, length($1) - 9)) in has_row)
     n_backward += is_bwd
     if (is_bwd != (backward == 1)) next
+    # a _backward step's forward row: its forward is another step's (the header says why)
+    if (!is_bwd && $1 ~ /^[0-9][0-9]_/ && $1 ~ /_backward$/) next
     step_name = is_bwd ? substr($1, 1, length($1) - 9) : $1
     if (step_name in renamed) step_name = renamed[step_name]
     if (!(key in seen_shape)) { seen_shape[key] = 1; shape_order[++n_shapes] = key }

@@ -315,10 +315,35 @@ for row in "${want_rows[@]}"; do grep -qxF "$row" <<<"$out" || bwd_ok=0; done
 [ "$(grep -c '^| ' <<<"$out")" = 6 ] || bwd_ok=0  # the header, step 14 and four torch backends
 [ $bwd_ok = 1 ] && result PASS "table.awk backward=1: the backward's table (2.5 forwards, vs torch-FA2, cuDNN and default, % of mma.sync)" ||
   result FAIL "table.awk backward=1" "$out"
-# without backward=1 the backward rows stay out: step 14's forward row alone, median 0.055 ms
-out=$(awk -v mode=markdown -f reference/table.awk "$bwd_dir/compare-gpu-x-2026-11-25.csv")
-[ "$(grep -c '^| ' <<<"$out")" = 2 ] && grep -q '^| 14_backward | 0.0550 | 156 |' <<<"$out" &&
-  result PASS "table.awk without backward=1 leaves the backward rows out" || result FAIL "table.awk leaves the backward rows out" "$out"
+# Without backward=1 the backward rows stay out, and so do the forward rows of the steps named
+# *_backward (their forward is another step's, with a row of its own). The CSV above with
+# step 07's forward row and step 15's forward and backward rows added: the forward table (text,
+# as compare.sh prints it, and markdown) and the decode table show step 07's row alone, the
+# backward table steps 14 and 15 and no step 07.
+fwd_csv=$bwd_dir/with-forward.csv
+{
+  cat "$bwd_dir/compare-gpu-x-2026-11-25.csv"
+  echo '07_tuned,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.05000,0.04900,0.05100,171.80,2.000e-04,1.000e-03,1.000e-06,PASS,"tuned tiles"'
+  echo '15_wgmma_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.04000,0.03900,0.04100,214.75,2.000e-04,1.000e-03,1.000e-06,PASS,"the backward on wgmma"'
+  echo '15_wgmma_backward_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.12000,0.11000,0.13000,178.96,1.000e-03,2.000e-03,nan,PASS,"the backward on wgmma"'
+} >"$fwd_csv"
+fwd_ok=1
+for mode_decode in "text|" "markdown|" "markdown|2 8 8 1024 1024 128 0 fp16"; do
+  out=$(awk -v mode="${mode_decode%%|*}" -v decode="${mode_decode#*|}" -f reference/table.awk "$fwd_csv")
+  [ "$(grep -c '^| 07_tuned | 0.0500 |\|^07_tuned  *0.0500 ' <<<"$out")" = 1 ] && ! grep -q '_backward' <<<"$out" ||
+    { fwd_ok=0; echo "  mode|decode $mode_decode: want step 07's row alone:"; echo "$out"; }
+done
+out=$(awk -v mode=markdown -v backward=1 -f reference/table.awk "$fwd_csv")
+grep -q '^| 14_backward | 0.2500 |' <<<"$out" && grep -q '^| 15_wgmma_backward | 0.1200 |' <<<"$out" && ! grep -q '07_tuned' <<<"$out" ||
+  { fwd_ok=0; echo "  backward=1: want the backward rows of steps 14 and 15, no step 07:"; echo "$out"; }
+# the committed CSVs: the bench run's forward rows of step 14 and the backward run's rows of both
+out=$(awk -v mode=markdown -f reference/table.awk results/2026-11-24-h100-r21/bench/compare-nvidia-h100-80gb-hbm3-2026-11-24.csv)
+grep -q '^| 07_tuned |' <<<"$out" && ! grep -q '^| 14_backward' <<<"$out" || { fwd_ok=0; echo "  the committed bench CSV shows step 14's forward rows"; }
+out=$(awk -v mode=markdown -v backward=1 -f reference/table.awk results/2026-11-25-h100-r24/backward/compare-nvidia-h100-80gb-hbm3-2026-11-25.csv)
+[ "$(grep -c '^| 14_backward' <<<"$out")" = 6 ] && [ "$(grep -c '^| 15_wgmma_backward' <<<"$out")" = 6 ] ||
+  { fwd_ok=0; echo "  the committed backward CSV: want 6 backward rows of step 14 and 6 of step 15"; }
+[ $fwd_ok = 1 ] && result PASS "table.awk: the steps named *_backward only in the backward tables (forward and decode tables: no row of theirs)" ||
+  result FAIL "table.awk leaves the backward rows and the *_backward steps' forward rows out of the forward tables"
 cp docs/results-h100.md "$LOG/page.md"
 # the page outside its backward-table lines (the begin line kept as a mark), and inside them
 outside_backward() { awk '/<!-- backward-table:begin -->/ { print; inside = 1 } /<!-- backward-table:end -->/ { inside = 0 } !inside' "$1"; }
@@ -333,6 +358,23 @@ expect_error 2 "readme_table.sh --summary refuses a backward CSV" bash reference
 expect_error 2 "compare.sh refuses an unknown SHAPES" env SHAPES=frobnicate bash reference/compare.sh
 grep -q 'allowed: seed, bench, sweep, decode, backward, all' "$LOG/cli.err" && result PASS "... and names backward among the sets it allows" ||
   result FAIL "compare.sh's allowed sets" "$(cat "$LOG/cli.err")"
+# compare.sh runs the steps named *_backward in SHAPES=backward alone. In a tree of compare.sh,
+# shapes.txt and the steps' kernel files with nothing built, under an nvidia-smi that names a
+# GPU, compare.sh stops at the binaries it lacks: the steps it would run.
+cmp_dir=$LOG/compare-tree
+rm -rf "$cmp_dir"; mkdir -p "$cmp_dir/reference" "$cmp_dir/bin"
+cp reference/compare.sh reference/shapes.sh reference/shapes.txt "$cmp_dir/reference/"
+for k in steps/[0-9][0-9]_*/kernel.c*; do mkdir -p "$cmp_dir/${k%/*}"; cp "$k" "$cmp_dir/$k"; done
+printf '#!/bin/sh\necho "GPU X"\n' >"$cmp_dir/bin/nvidia-smi"; chmod +x "$cmp_dir/bin/nvidia-smi"
+for set in bench decode backward; do
+  expect_error 2 "compare.sh SHAPES=$set with nothing built" env PATH="$PWD/$cmp_dir/bin:$PATH" bash "$cmp_dir/reference/compare.sh" $set
+  bins=$(grep -o 'build/step[0-9][0-9]/fa2' "$LOG/cli.err" | tr '\n' ' ')
+  case $set in  # the forward sets: step 07 and not 14 or 15; backward: 14 and 15
+    backward) [[ $bins == *step14/fa2*step15/fa2* ]] ;;
+    *) [[ $bins == *step07/fa2* && $bins != *step1[45]/fa2* ]] ;;
+  esac && result PASS "... which, SHAPES=$set, would run $bins" ||
+    result FAIL "compare.sh SHAPES=$set: steps 14 and 15 in SHAPES=backward alone" "it would run $bins"
+done
 n=$(bash -c '. reference/shapes.sh; shapes_of backward' | wc -l)
 [ "$n" = 6 ] && result PASS "reference/shapes.txt has the six backward shapes" || result FAIL "the backward set of shapes.txt" "$n shapes, want 6"
 # A decode run's rows with a KV cache, as compare.sh SHAPES=decode writes them (page_size and
