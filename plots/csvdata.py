@@ -34,11 +34,12 @@ RENAMED = {
 def read_rows(path):
     """Forward rows with a finite time at a dense shape (not a paged or mixed-length KV cache's
     rows: the page_size and seqlens_k columns, absent from older CSVs), TFLOP/s recomputed
-    from it: the CSV's column has 2 decimals, and step 00 on the CPU is below 0.01 TFLOP/s. The backward's rows (make compare
-    SHAPES=backward) are left out, told apart as reference/table.awk tells them: a row
-    torch_sdpa_<backend>_backward, or <name>_backward after a row <name> at the same shape."""
+    from it: the CSV's column has 2 decimals, and step 00 on the CPU is below 0.01 TFLOP/s.
+    Every row named *_backward is left out: the backward's (make compare SHAPES=backward:
+    torch_sdpa_<backend>_backward, a step's <name>_backward) and the forward rows of the steps
+    named NN_..._backward (14, 15), which reference/table.awk leaves out too: such a step
+    teaches the backward, and its forward is another step's."""
     rows = []
-    seen = set()
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             if r.get("page_size") not in (None, "", "0") or r.get("seqlens_k"):
@@ -46,10 +47,8 @@ def read_rows(path):
             for k in INT_FIELDS:
                 r[k] = int(r[k])
             step = r["step"]
-            seen.add((step, shape_of(r)))
-            if step.endswith("_backward") and (step.startswith("torch_sdpa_") or
-                                               (step[:-len("_backward")], shape_of(r)) in seen):
-                continue
+            if step.endswith("_backward"):
+                continue  # a backward row, or the forward row of a step that teaches the backward
             r["step"] = RENAMED.get(r["step"], r["step"])
             try:
                 ms = float(r["ms_median"])
