@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Run 93 (prepared): what the Hopper backward (step 15) still needs on a Hopper GPU (an H100, or
+# an H200 when that is what is lent), in one device call of about 25 minutes, on a copy of the
+# tree with branch wip/29-stmatrix-ds laid over it (step 15's dS stored by stmatrix.trans), or on
+# main's tree (NAME "main").
+# Before the call, on this machine, from the repository root: the branch from the patch beside
+# this script (the change, its checks, its figure and its pages, against main at 513c549), then
+# its files as an overlay (.ab-base/ is ignored by git; the device call must carry it):
+#   git switch -c wip/29-stmatrix-ds && git apply --index results/2026-11-28-r25/stmatrix.patch &&
+#     git commit -m "Step 15: dS stored by stmatrix.x4.trans" && git switch main
+#   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-stmatrix-ds
+# then on the GPU machine, in a process session of its own (the device call's end kills others):
+#   mkdir -p build && setsid nohup bash results/2026-11-28-r25/run93.sh build/run93 STAGE... >build/run93.out 2>&1 </dev/null &
+#   verify=NAME    bash scratch/test.sh in NAME's copy: every layout check and, on this GPU, the
+#                  hardware verifiers (verify_wgmma_backward runs stmatrix.x4.trans)
+#   check=NAME     build/tests/gpu_matrix and tools/sanitize.sh on step 15 of NAME's copy; a FAIL
+#                  in either stops the run (nothing after it would be worth its minutes)
+#   ab=NAME        tools/ab.sh, 3 rounds, main's step 15 against NAME's at the backward set
+#   profile=NAME   tools/profile.sh on the backward's three kernels (prep, main, convert) and the
+#                  main kernel's per-instruction counters (tools/source_counters.sh), B4 H16 N4096
+#                  d128 fp16: where step 15's time goes against the wgmma ceiling
+#   test=NAME      make test in NAME's copy (every step's GPU matrix and sanitizer)
+#   mutants=NAME   MUTANT_STEPS="14 15" tests/mutants.sh in NAME's copy, 8 at a time, each
+#                  stopping at its first FAIL
+#   conflicts=NAME step 14's 27.5 M shared-load bank conflicts at d128 (results/2026-11-25-h100-r24/
+#                  conflicts_plan.md, section 4): Nsight Compute's shared-memory table of its main
+#                  kernel (LDS against LDSM), and the kernel under the a100 preset (no dQ staging)
+# The order the next session runs: verify, check, ab, profile, test, mutants, conflicts, all on the branch
+# (NAME wip-29-stmatrix-ds): its tree is main's and the stmatrix change, so its make test is
+# main's once merged.
+# usage: bash results/2026-11-28-r25/run93.sh LOGDIR STAGE...
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+log=$(realpath -m "${1:?usage: run93.sh LOGDIR STAGE...}"); shift
+mkdir -p "$log"
+stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
+stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
+. tools/tree_copy.sh
+copy_of() { # copy_of NAME: build/tree-NAME, the tree with overlay NAME (none for main), built
+  tree_copy "$PWD/build/tree-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"
+}
+shape="--batch 4 --heads 16 --seqlen 4096 --dim 128 --backward"
+for what in "$@"; do
+  name=${what#*=}
+  tree=$(copy_of "$name") || { stage "$what: no tree for $name: stopping"; break; }
+  case $what in
+    verify=*)
+      (cd "$tree" && bash scratch/test.sh) >"$log/scratch-$name.log" 2>&1
+      stage "verify $name: exit $?: $(tail -n 1 "$log/scratch-$name.log")"
+      grep -E '^(FAIL|SKIP)|verify_wgmma_backward' "$log/scratch-$name.log" | head -n 40 | tee -a "$log/progress.txt" ;;
+    check=*)
+      (cd "$tree" && bash tools/sanitize.sh build/step15/fa2) >"$log/sanitize15-$name.log" 2>&1 &
+      (cd "$tree" && build/tests/gpu_matrix build/step15/libfa2.so) >"$log/matrix15-$name.log" 2>&1
+      stage "gpu_matrix step 15 $name: exit $?: $(grep -c '^PASS 15_' "$log/matrix15-$name.log") PASS $(grep -c '^FAIL 15_' "$log/matrix15-$name.log") FAIL"
+      wait
+      stage "  sanitize step 15 $name: $(grep -c '^PASS' "$log/sanitize15-$name.log") PASS $(grep -c '^FAIL' "$log/sanitize15-$name.log") FAIL"
+      failed=$(cat "$log/matrix15-$name.log" "$log/sanitize15-$name.log" | grep -c '^FAIL')
+      gzip -f "$log/matrix15-$name.log" "$log/sanitize15-$name.log"
+      [ "$failed" = 0 ] || { stage "check $name failed: stopping"; break; } ;;
+    ab=*)
+      main_tree=$(copy_of main)
+      (cd "$tree" && bash tools/ab.sh "$log/ab15-$name.csv" 3 "backward --backward" main="$main_tree/build/step15/fa2" new="build/step15/fa2") \
+        >"$log/ab15-$name.log" 2>&1
+      stage "ab step 15 $name: exit $?"; grep -A40 '^medians' "$log/ab15-$name.log" | tee -a "$log/progress.txt" ;;
+    profile=*)
+      # shellcheck disable=SC2086
+      (cd "$tree" && KERNEL_REGEX=bwd KERNELS=3 bash tools/profile.sh build/step15/fa2 $shape) >"$log/profile15-$name.log" 2>&1
+      stage "profile step 15 $name: exit $?"
+      # shellcheck disable=SC2086
+      (cd "$tree" && KERNEL_REGEX=fa2_bwd_wgmma bash tools/source_counters.sh "$log/src15-$name" build/step15/fa2 $shape \
+        --iters 1 --warmup 0 --check off)
+      stage "  source counters step 15 $name: exit $?" ;;
+    test=*)
+      (cd "$tree" && make -s test) >"$log/test-$name.log" 2>&1
+      stage "make test $name: exit $?: $(tail -n 1 "$log/test-$name.log")"
+      grep -E '^(FAIL|SKIP)' "$log/test-$name.log" | head -n 20 | tee -a "$log/progress.txt"
+      gzip -f "$log/test-$name.log" ;;
+    mutants=*)
+      (cd "$tree" && FA2_TEST_FAIL_LIMIT=1 MUTANT_JOBS=8 MUTANT_STEPS="14 15" bash tests/mutants.sh) >"$log/mutants-$name.log" 2>&1
+      stage "mutants 14 15 $name: exit $?: $(grep -c '^PASS' "$log/mutants-$name.log") caught, $(grep -c '^FAIL' "$log/mutants-$name.log") FAIL"
+      grep '^FAIL' "$log/mutants-$name.log" | tee -a "$log/progress.txt" ;;
+    conflicts=*)
+      args14="--dim 128 --batch 4 --heads 16 --seqlen 4096 --backward"  # profile.sh adds --iters 1 --warmup 0 --check off
+      # shellcheck disable=SC2086
+      (cd "$tree" && ncu --clock-control none --kernel-name regex:fa2_bwd_kernel --launch-count 1 \
+        --section MemoryWorkloadAnalysis_Tables --print-details all build/step14/fa2 $args14 --iters 1 --warmup 0 --check off) \
+        >"$log/conflicts14-tables-$name.log" 2>&1
+      stage "conflicts step 14 $name, shared-memory table: exit $?"
+      # shellcheck disable=SC2086
+      (cd "$tree" && FA2_EMULATE=a100 KERNEL_REGEX=fa2_bwd_kernel bash tools/profile.sh build/step14/fa2 $args14) \
+        >"$log/conflicts14-a100-$name.log" 2>&1
+      stage "  step 14 as a100 (no dQ staging): exit $?: $(grep -m 1 'bank_conflicts_pipe_lsu_mem_shared_op_ld' "$log/conflicts14-a100-$name.log" | tr -s ' ')" ;;
+    *) stage "unknown stage $what (allowed: verify= check= ab= profile= test= mutants= conflicts=, each =NAME)" ;;
+  esac
+done
+stage "done"
