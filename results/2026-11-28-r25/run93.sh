@@ -4,8 +4,9 @@
 # tree with branch wip/29-stmatrix-ds laid over it (step 15's dS stored by stmatrix.trans), or on
 # main's tree (NAME "main").
 # Before the call, on this machine, from the repository root: the branch from the patch beside
-# this script (the change, its checks, its figure and its pages, against main at 513c549), then
-# its files as an overlay (.ab-base/ is ignored by git; the device call must carry it):
+# this script (the change, its checks, its figure and its pages, made against main as it was
+# committed), then its files as an overlay (.ab-base/ is ignored by git; the device call must
+# carry it):
 #   git switch -c wip/29-stmatrix-ds && git apply --index results/2026-11-28-r25/stmatrix.patch &&
 #     git commit -m "Step 15: dS stored by stmatrix.x4.trans" && git switch main
 #   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-stmatrix-ds
