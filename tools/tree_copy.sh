@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # tools/tree_copy.sh - sourced by the GPU run scripts under results/: a copy of the work tree
 # to build and run in, so that what a device call's sync rewrites in the repository root
 # (it removes files it does not know) never touches a run in progress.
@@ -18,3 +19,16 @@ tree_copy() {
   fi
   echo "$dst"
 }
+
+# What every GPU run script does first, after sourcing this file:
+#   run_start LOGDIR
+# makes LOGDIR (kept in $log) and writes its first line: stage TEXT prints TEXT with the time
+# and appends it to LOGDIR/progress.txt; copy_of NAME is the built copy build/tree-NAME of the
+# work tree with overlay NAME laid over it (NAME main: none), made once.
+run_start() {
+  log=$(realpath -m "$1")
+  mkdir -p "$log"
+  stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
+}
+stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
+copy_of() { tree_copy "$PWD/build/tree-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"; }

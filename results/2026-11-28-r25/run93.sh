@@ -32,14 +32,8 @@
 # usage: bash results/2026-11-28-r25/run93.sh LOGDIR STAGE...
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
-log=$(realpath -m "${1:?usage: run93.sh LOGDIR STAGE...}"); shift
-mkdir -p "$log"
-stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
-stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
 . tools/tree_copy.sh
-copy_of() { # copy_of NAME: build/tree-NAME, the tree with overlay NAME (none for main), built
-  tree_copy "$PWD/build/tree-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"
-}
+run_start "${1:?usage: run93.sh LOGDIR STAGE...}"; shift
 shape="--batch 4 --heads 16 --seqlen 4096 --dim 128 --backward"
 for what in "$@"; do
   name=${what#*=}
