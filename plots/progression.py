@@ -30,9 +30,11 @@ def parse_args():
             ap.error(f"--shape '{a.shape}' is not allowed "
                      "(allowed: seven integers batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal)")
         a.shape = (a.dtype, b, h, hkv, nq, nk, d, causal)
-    # with no CSV given, the newest committed one with rows at the shape (a decode run has none at the seed shape)
+    # with no CSV given, the newest committed one with GPU steps' rows at the shape (a decode run has
+    # none at the seed shape, a backward run none once its backward rows are left out)
     a.csv = a.csv or csvdata.newest_committed_csv(
-        lambda path: any(csvdata.shape_of(r) == a.shape for r in csvdata.read_rows(path)))
+        lambda path: any(csvdata.shape_of(r) == a.shape and csvdata.is_step(r["step"]) and r["device"] != "CPU"
+                         for r in csvdata.read_rows(path)))
     return a
 
 
