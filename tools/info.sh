@@ -36,10 +36,16 @@ CUOBJDUMP=${CUOBJDUMP:-$(command -v cuobjdump || true)}
 if [ -z "$CUOBJDUMP" ]; then
   echo "cuobjdump not found (it ships with the full CUDA Toolkit): no SASS instruction mix"; exit 0
 fi
+# cuobjdump -sass disassembles with nvdisasm, which a toolkit from PyPI's wheels may lack
+sass=$(mktemp)
+trap 'rm -f "$sass"' EXIT
+if ! "$CUOBJDUMP" -sass "$obj" >"$sass" 2>&1; then
+  echo "no SASS instruction mix: $CUOBJDUMP -sass failed: $(grep -m 1 -i 'fatal\|error' "$sass" || tail -n 1 "$sass")"; exit 0
+fi
 echo "== SASS instruction mix of $obj (static counts per kernel and GPU architecture; the main loop dominates at run time)"
 want="HMMA HGMMA LDSM LDGSTS UTMALDG UTMASTG SYNCS LDS STS MUFU.EX2 BAR LDL STL"
 printf "  %-24s" kernel; printf " %8s" $want; echo
-"$CUOBJDUMP" -sass "$obj" | awk -v want="$want" "$name_fn"'
+awk -v want="$want" "$name_fn"'
   /^arch = / { arch = $3 }
   /Function : / { fn = arch " " kernel_name($3) }
   match($0, /\/\*[0-9a-f]+\*\/ +(@!?U?P[0-9T]+ +)?[A-Z][A-Z0-9_.]+/) {
@@ -48,4 +54,4 @@ printf "  %-24s" kernel; printf " %8s" $want; echo
     n[fn, op]++; fns[fn] = 1 }
   END {
     k = split(want, w, " ")
-    for (f in fns) { printf "  %-24s", f; for (i = 1; i <= k; i++) printf " %8d", n[f, w[i]]; printf "\n" } }' | sort
+    for (f in fns) { printf "  %-24s", f; for (i = 1; i <= k; i++) printf " %8d", n[f, w[i]]; printf "\n" } }' "$sass" | sort
