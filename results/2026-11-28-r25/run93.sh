@@ -34,7 +34,7 @@ set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
 run_start "${1:?usage: run93.sh LOGDIR STAGE...}"; shift
-shape="--batch 4 --heads 16 --seqlen 4096 --dim 128 --backward"
+shape="--batch 4 --heads 16 --seqlen 4096 --dim 128 --backward"  # the profiles' (profile.sh adds --iters 1 --warmup 0 --check off)
 for what in "$@"; do
   name=${what#*=}
   tree=$(copy_of "$name") || { stage "$what: no tree for $name: stopping"; break; }
@@ -75,14 +75,13 @@ for what in "$@"; do
       stage "mutants 14 15 $name: exit $?: $(grep -c '^PASS' "$log/mutants-$name.log") caught, $(grep -c '^FAIL' "$log/mutants-$name.log") FAIL"
       grep '^FAIL' "$log/mutants-$name.log" | tee -a "$log/progress.txt" ;;
     conflicts=*)
-      args14="--dim 128 --batch 4 --heads 16 --seqlen 4096 --backward"  # profile.sh adds --iters 1 --warmup 0 --check off
       # shellcheck disable=SC2086
       (cd "$tree" && ncu --clock-control none --kernel-name regex:fa2_bwd_kernel --launch-count 1 \
-        --section MemoryWorkloadAnalysis_Tables --print-details all build/step14/fa2 $args14 --iters 1 --warmup 0 --check off) \
+        --section MemoryWorkloadAnalysis_Tables --print-details all build/step14/fa2 $shape --iters 1 --warmup 0 --check off) \
         >"$log/conflicts14-tables-$name.log" 2>&1
       stage "conflicts step 14 $name, shared-memory table: exit $?"
       # shellcheck disable=SC2086
-      (cd "$tree" && FA2_EMULATE=a100 KERNEL_REGEX=fa2_bwd_kernel bash tools/profile.sh build/step14/fa2 $args14) \
+      (cd "$tree" && FA2_EMULATE=a100 KERNEL_REGEX=fa2_bwd_kernel bash tools/profile.sh build/step14/fa2 $shape) \
         >"$log/conflicts14-a100-$name.log" 2>&1
       stage "  step 14 as a100 (no dQ staging): exit $?: $(grep -m 1 'bank_conflicts_pipe_lsu_mem_shared_op_ld' "$log/conflicts14-a100-$name.log" | tr -s ' ')" ;;
     *) stage "unknown stage $what (allowed: verify= check= ab= profile= test= mutants= conflicts=, each =NAME)" ;;
