@@ -32,6 +32,7 @@ FIGURES = {
     "split_kv": ("figures/split_kv.py", ["build/scratch/split_kv", "--batch", "1", "--heads", "32", "--kv-heads", "8", "--seqlen-q", "1", "--seqlen-k", "32768", "--dim", "128", "--sms", "132", "--blocks-per-sm", "1", "--scale", "4", "--format", "csv"]),
     "scalar_tiles": ("figures/scalar_tiles.py", ["build/scratch/tiling", "--step", "01", "--dim", "128", "--format", "csv"]),
     "backward_blocks": ("figures/backward_blocks.py", ["build/scratch/backward_blocks", "--batch", "1", "--heads", "2", "--kv-heads", "1", "--seqlen-q", "400", "--seqlen-k", "300", "--dim", "128", "--block-keys", "64", "--causal", "1", "--format", "csv"]),
+    "stmatrix_ds": ("figures/stmatrix_ds.py", ["build/scratch/backward_wgmma", "--format", "stmatrix"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"

@@ -36,7 +36,7 @@
  *  3. Per step, in each consumer: S^T = K_c Q^T and dP^T = V_c dO^T (both operands K-major from
  *     the TMA slabs), P^T = exp2(S^T scale log2e - LSE) (LSE per column: per query), dS^T = P^T
  *     (dP^T - D); dV += P^T dO (A: S^T's accumulators, the step 09 register reuse; B: dO
- *     MN-major); dS^T stored (st.shared, 2 bytes, the slab swizzle) as dS [query][key];
+ *     MN-major); dS^T stored (stmatrix .trans from dK's register A, the slab swizzle) as dS [query][key];
  *     fence.proxy.async + named barrier (256 consumer threads); dQ part = dS K (A: dS K-major,
  *     both warpgroups' keys; B: K MN-major); dK += dS^T Q (A: dP^T's accumulators; B: Q MN-major).
  *     Named barriers: 1 = dS stored (256 consumer threads); 2 + c = dq_full[c], 4 + c =
@@ -69,7 +69,7 @@
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: backward_wgmma [--dim 64|128] [--plan swap|noswap] [--format text|csv] [--check]\n"
+    "usage: backward_wgmma [--dim 64|128] [--plan swap|noswap] [--format text|csv|stmatrix] [--check]\n"
     "The five products of a Hopper backward step on wgmma (S, dP, dV, dK, dQ): shape, A and B\n"
     "(registers or a shared-memory tile, K-major or MN-major, descriptor start / LBO / SBO over\n"
     "128-byte-swizzled slabs), the issuing warpgroup, what it needs from the others, and the\n"
@@ -78,7 +78,9 @@ static const char usage[] =
     "  --plan     swap (default): S^T and dP^T with keys as M, P^T and dS^T reused from registers, dS\n"
     "             through shared memory for dQ; noswap: S and dP with queries as M, P and dS through\n"
     "             shared memory read MN-major for dV and dK, dQ from registers (64 x 128 at both dims)\n"
-    "  --format csv: one line per operand of each product and consumer warpgroup\n"
+    "  --format csv: one line per operand of each product and consumer warpgroup; stmatrix (plan swap):\n"
+    "             one line per dS element consumer 0 stores at k-step 0 (16 queries): the lane and register\n"
+    "             that hold it, the lane whose row address stmatrix.x4.trans writes it at, its byte offset\n"
     "  --check    emulate every operand map element by element, in both plans at both dims\n";
 
 enum {
@@ -319,6 +321,49 @@ typedef struct {
     int writers[CONSUMERS];
 } operand_result;
 
+/* The kernel's dS stores in plan swap (steps/15_wgmma_backward, ds_row): per k-step j one
+ * stmatrix.x4.trans of the four registers of dK's A (dS^T, keys as rows), lane l giving the
+ * address of row l % 8 of matrix l / 8: query 16 j + 8 (l / 16) + l % 8, the 8 keys of 16-byte
+ * chunk 2 warp + (l / 8) % 2 of warpgroup w's slab. The byte offset in the dS tile [bm][128]. */
+static int ds_stmatrix_row(const config *c, int w, int warp, int lane, int j)
+{
+    int query = WG_K * j + 8 * (lane / 16) + lane % 8, chunk = 2 * warp + lane / 8 % 2;
+    return w * c->bm * SW_ROW + query * SW_ROW + (chunk ^ query % 8) * 16;
+}
+
+/* Where stmatrix (.trans or not) puts the element that half h of register reg of a lane holds
+ * for k-step j (the PTX ISA's stmatrix maps are ldmatrix's: lanes 8i..8i+7 address matrix i's
+ * rows, and ldsm_received says which (row, element) of matrix i a lane's half is), against where
+ * dQ's K-major A reads that dS element (tma_byte_offset of its canonical (query, key)). Counts
+ * the halves that agree into *agree of *total; *conflicts counts the matrices whose 8 rows do not
+ * fall in 8 different 16-byte columns of the 128-byte rows (a bank conflict). */
+static void ds_stmatrix_check(const config *c, int trans, long *agree, long *total, int *conflicts)
+{
+    *agree = *total = 0, *conflicts = 0;
+    for (int w = 0; w < CONSUMERS; w++)
+        for (int thread = 0; thread < WG_THREADS; thread++)
+            for (int j = 0; j < c->bm / WG_K; j++)
+                for (int reg = 0; reg < WG_A_REGS; reg++)
+                    for (int h = 0; h < HALVES; h++) {
+                        int warp = wgmma_warp(thread), lane = thread % WARP_SIZE;
+                        tile_coord d = wgmma_d_coord(warp, lane, wgmma_p_source_reg(j, reg, h));
+                        elem e = acc_elem(c, P_DP, w, d.row, d.col);
+                        tile_coord m = ldsm_received(lane, h, trans);
+                        int at = ds_stmatrix_row(c, w, warp, ldsm_address_lane(reg, m.row), j) + m.col * ELEM_BYTES;
+                        *agree += at == tma_byte_offset(e.row, e.col, c->bm);
+                        (*total)++;
+                    }
+    for (int w = 0; w < CONSUMERS; w++)
+        for (int warp = 0; warp < WG_WARPS; warp++)
+            for (int j = 0; j < c->bm / WG_K; j++)
+                for (int reg = 0; reg < WG_A_REGS; reg++) {
+                    int columns = 0;
+                    for (int row = 0; row < LDSM_ROWS; row++)
+                        columns |= 1 << ds_stmatrix_row(c, w, warp, ldsm_address_lane(reg, row), j) / 16 % 8;
+                    *conflicts += columns != 0xff;
+                }
+}
+
 static int writer_of(const config *c, int mat, int row, int col);
 
 static operand_result check_operand_wgs(const config *c, int p, int is_a, operand_spec o, int w_lo, int w_hi)
@@ -490,8 +535,9 @@ static void print_text(const config *c)
            wgmma_d_regs(product_n(c, P_S)), wgmma_d_regs(product_n(c, P_DP)), wgmma_d_regs(product_n(c, P_DV)),
            wgmma_d_regs(product_n(c, P_DK)), wgmma_d_regs(product_n(c, P_DQ)));
     printf("who writes what another reads: %s\n",
-           swap ? "dS: WG c stores its dP^T accumulators (keys 64c.., all queries) as dS[query][key] (st.shared 2 B\n"
-                  "  at the slab swizzle), read by both WGs as dQ's K-major A; P is never stored (dV reads S^T's registers)."
+           swap ? "dS: WG c stores its dP^T accumulators (keys 64c.., all queries) as dS[query][key] (stmatrix.x4.trans\n"
+                  "  of dK's register A, one per k-step, at the slab swizzle), read by both WGs as dQ's K-major A; P is\n"
+                  "  never stored (dV reads S^T's registers)."
                 : "P and dS: WG c stores its S / dP accumulators (all queries, keys 64c..) as P, dS[query][key], read\n"
                   "  by WG c as MN-major A of dV, dK (only its own keys: a barrier of its 128 threads after fence.proxy.async).");
     if (swap)
@@ -537,6 +583,26 @@ static void print_csv(const config *c)
     }
 }
 
+/* The dS stores of consumer 0 at k-step 0 (its 64 keys x queries 0..15), an element a line: the
+ * warp and lane that hold it, in which register-A register and half, its key (in the consumer's
+ * 64) and query, the lane whose row address stmatrix.x4.trans writes it at, and where: the byte
+ * offset in the dS tile, its 128-byte row and 16-byte column (figures/stmatrix_ds.py draws it). */
+static void print_stmatrix_csv(const config *c)
+{
+    printf("warp,lane,reg,half,key,query,addr_lane,byte,smem_row,chunk_col\n");
+    for (int thread = 0; thread < WG_THREADS; thread++)
+        for (int reg = 0; reg < WG_A_REGS; reg++)
+            for (int h = 0; h < HALVES; h++) {
+                int warp = wgmma_warp(thread), lane = thread % WARP_SIZE;
+                tile_coord d = wgmma_d_coord(warp, lane, wgmma_p_source_reg(0, reg, h));
+                tile_coord m = ldsm_received(lane, h, 1);
+                int addr_lane = ldsm_address_lane(reg, m.row);
+                int at = ds_stmatrix_row(c, 0, warp, addr_lane, 0) + m.col * ELEM_BYTES;
+                printf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", warp, lane, reg, h, d.row, d.col, addr_lane, at, at / SW_ROW,
+                       at % SW_ROW / 16);
+            }
+}
+
 /* ---- checks ---- */
 
 static void check_config(const config *c)
@@ -555,6 +621,21 @@ static void check_config(const config *c)
     snprintf(name, sizeof name, "%s: the consumers' stores of %s cover the tile once (2 WGs x 128 threads x accumulators)",
              tag, c->plan == PLAN_SWAP ? "dS" : "P and dS");
     check(!collisions && !outside && stores_complete(c), name, "%d collisions, %d outside, or a hole", collisions, outside);
+    if (c->plan == PLAN_SWAP) {
+        long agree, total;
+        int conflicts;
+        ds_stmatrix_check(c, 1, &agree, &total, &conflicts);
+        snprintf(name, sizeof name, "%s: dS by stmatrix.x4.trans of dK's register A (one per k-step, the kernel's row "
+                 "addresses) puts each of its %ld elements where dQ's K-major A reads it", tag, total);
+        check(agree == total, name, "%ld of %ld agree", agree, total);
+        snprintf(name, sizeof name, "%s: each stmatrix matrix's 8 rows fall in 8 different 16-byte columns: the 32 banks "
+                 "once, no conflict", tag);
+        check(!conflicts, name, "%d matrices conflict", conflicts);
+        ds_stmatrix_check(c, 0, &agree, &total, &conflicts);
+        snprintf(name, sizeof name, "%s: the same stores without .trans miss (the transpose is needed: the registers hold "
+                 "dS^T)", tag);
+        check(agree < total, name, "all %ld agree", total);
+    }
     for (int p = 0; p < PRODUCTS; p++) {
         product_spec s = product(c, p);
         int n = product_n(c, p);
@@ -639,18 +720,20 @@ static void run_checks(void)
 
 int main(int argc, char **argv)
 {
-    int dim_index = 1, plan = PLAN_SWAP, csv = 0;
+    int dim_index = 1, plan = PLAN_SWAP, format = 0;  /* format: text, csv, stmatrix */
     const cli_option opts[] = {
         {"--dim", &dim_index, 0, 0, 0, "64|128"},
         {"--plan", &plan, 0, 0, 0, "swap|noswap"},
-        {"--format", &csv, 0, 0, 0, "text|csv"},
+        {"--format", &format, 0, 0, 0, "text|csv|stmatrix"},
     };
     parse_cli(argc, argv, usage, opts, 3, run_checks);
     config c = make_config(dim_index ? 128 : 64, plan);
     build_images(&c);
     int collisions, outside;
     build_stores(&c, &collisions, &outside);
-    if (csv) print_csv(&c);
+    if (format == 2 && plan != PLAN_SWAP) cli_error("--format stmatrix needs --plan swap (noswap stores no dS^T from registers)");
+    if (format == 2) print_stmatrix_csv(&c);
+    else if (format == 1) print_csv(&c);
     else print_text(&c);
     return 0;
 }

@@ -92,6 +92,7 @@ expect_run "--dim 64" "$bin/backward_wgmma" --dim 64
 expect_run "--plan noswap --dim=128" "$bin/backward_wgmma" --plan noswap --dim=128
 expect_run "--plan=noswap --dim 64 --format csv" "$bin/backward_wgmma" --plan=noswap --dim 64 --format csv
 expect_run "--format csv" "$bin/backward_wgmma" --format csv
+expect_run "--format stmatrix --dim 64" "$bin/backward_wgmma" --format stmatrix --dim 64
 expect_refusal "$bin/swizzle" --dim 96
 expect_refusal "$bin/swizzle" --rows
 expect_refusal "$bin/copy_layout" --heads 0
@@ -108,6 +109,7 @@ expect_refusal "$bin/backward_blocks" --staged 1 --block-keys 64
 expect_refusal "$bin/backward_blocks" --block-queries 128 --staged 0
 expect_refusal "$bin/backward_wgmma" --dim 96
 expect_refusal "$bin/backward_wgmma" --plan both
+expect_refusal "$bin/backward_wgmma" --plan noswap --format stmatrix
 
 # The GPU verifiers: they must build wherever nvcc is; they run only where a GPU answers
 # (verify_wgmma and verify_wgmma_backward print one SKIP line on a GPU other than compute capability 9.0).

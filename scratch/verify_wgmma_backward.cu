@@ -10,9 +10,10 @@
  *  (3) the swap chain: S^T = K Q^T (keys as M, both K-major), P^T taken from S^T's accumulators
  *      as register A (d(8j)..d(8j+7), the reuse of wgmma_fragments) into dV = P^T dO with dO
  *      MN-major; the same for dK = dS^T Q from dP^T = V dO^T;
- *  (4) the dS handoff: each consumer stores its dP^T accumulators as dS[query][key] with 2-byte
- *      st.shared at the slab swizzle, fence.proxy.async, named barrier 1 over the two consumer
- *      warpgroups (256 threads), then both read the whole dS tile as dQ's K-major A;
+ *  (4) the dS handoff: each consumer stores the register-A fragments of dK (its dP^T accumulators,
+ *      dS^T) as dS[query][key] with one stmatrix.x4.trans per k-step at the slab swizzle,
+ *      fence.proxy.async, named barrier 1 over the two consumer warpgroups (256 threads), then
+ *      both read the whole dS tile as dQ's K-major A;
  *  (5) cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32: each consumer stages its
  *      dQ part (64 x 64 fp32, in fragment order: register r of thread t at r 128 + t) in shared
  *      memory, fence.proxy.async, bar.arrive on dq_full[c] (named barrier 2 + c, 128 + 32
@@ -21,9 +22,10 @@
  * The block is the plan's: 3 warpgroups, 384 threads, WG 0 the producer (only its warp 1 works
  * here), WG 1 and WG 2 the consumers c = 0, 1. Every descriptor is built on the host by
  * layouts.h's wgmma_sw128_descriptor at the tile row and column backward_wgmma's operand_origin
- * gives (the values it prints), every dS store offset by tma_byte_offset of the element the
- * accumulator holds (wgmma_d_coord), every register-A source by wgmma_p_source_reg; the tiles'
- * images are placed by tma_byte_offset (what verify_tma checks TMA writes).
+ * gives (the values it prints), every stmatrix row address by tma_byte_offset of the element
+ * that row starts with (ldsm_received, inverted, and wgmma_a_coord), every register-A source by
+ * wgmma_p_source_reg; the tiles' images are placed by tma_byte_offset (what verify_tma checks TMA
+ * writes).
  * The elementwise step is left out (P = S, dS = dP): inputs are random integers in -1..1, so S and
  * dP are integers of at most 128 in magnitude, exact in fp16 and bf16, and every product sum is
  * exact in fp32; each output is compared element by element with a host reference. Runs f16 and
@@ -44,7 +46,7 @@ static const char usage[] =
     "Runs one step of the Hopper backward plan of scratch/backward_wgmma.c (swap; 64 queries x 128 keys at\n"
     "d128, 128 x 128 at d64; two consumer warpgroups and a producer warp) on the GPU with random small integers,\n"
     "f16 and bf16: S^T and dP^T from K-major slabs, dV and dK with register A from their accumulators and\n"
-    "MN-major B, the dS stores, fence and named barrier, dQ = dS K (K MN-major from slab c at d128), the dQ\n"
+    "MN-major B, the dS stores (stmatrix.trans), fence and named barrier, dQ = dS K (K MN-major from slab c at d128), the dQ\n"
     "bulk reduce-add into global memory, and an MN-major A (P^T from a P tile); compares every element with a\n"
     "host reference, one PASS/FAIL line each; exits 1 on any failure. Without a GPU of compute capability 9.0\n"
     "(sm_90a) it prints one SKIP line.\n";
@@ -98,7 +100,7 @@ typedef struct {
 typedef struct {
     desc_bytes desc[OPS][CONSUMERS][MAX_KSTEPS][2]; /* [.][.][.][0] A, [1] B (shared-memory operands only) */
     int p_source[MAX_BM / WG_K][WG_A_REGS][HALVES];  /* register A of k-step j, half h: accumulator */
-    uint16_t ds_offset[CONSUMERS][WG_THREADS][MAX_BM / 2]; /* where dP^T accumulator r goes in the dS tile */
+    uint16_t ds_row[CONSUMERS][WG_THREADS][MAX_BM / WG_K]; /* k-step j: the dS row this lane addresses for stmatrix */
     uint32_t off_ds, off_stage, image_bytes;
 } plan_tables;
 
@@ -121,10 +123,14 @@ __device__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::ct
 __device__ void named_barrier_sync(int id, int threads) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 __device__ void named_barrier_arrive(int id, int threads) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory"); }
 
-/* st.shared.b16 (PTX ISA, "Data Movement and Conversion Instructions: st"): one 16-bit element. */
-__device__ void st_shared_b16(uint32_t smem_addr, uint16_t bits)
+/* stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (PTX ISA, "Data Movement and Conversion
+ * Instructions: stmatrix"; sm_90): lanes 8i..8i+7 give the row addresses of matrix i, register i
+ * holds matrix i transposed (ldmatrix.trans's map, run backwards). */
+__device__ void stmatrix_x4_trans(uint32_t smem_addr, const uint32_t (&r)[4])
 {
-    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(smem_addr), "h"(bits) : "memory");
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r[0]),
+                 "r"(r[1]), "r"(r[2]), "r"(r[3])
+                 : "memory");
 }
 
 /* cp.reduce.async.bulk (PTX ISA, "Data Movement and Conversion Instructions:
@@ -283,8 +289,13 @@ __global__ void __launch_bounds__(THREADS_BLOCK)
         }
         for (int r = 0; r < DIM / 2; r++) o[R_DK + r] = acc[r];
     }
-    /* (4) dS: this consumer's dP^T accumulators stored as dS[query][key], then both consumers' */
-    for (int r = 0; r < BM / 2; r++) st_shared_b16(base + tab->off_ds + tab->ds_offset[c][t][r], bits16<BF16>(dp_acc[r]));
+    /* (4) dS: dK's register A (this consumer's dP^T accumulators) stored as dS[query][key] by
+     * stmatrix.trans, one per k-step, then both consumers' */
+    for (int j = 0; j < KSTEPS_Q; j++) {
+        uint32_t a[WG_A_REGS];
+        for (int r = 0; r < WG_A_REGS; r++) a[r] = pack2<BF16>(dp_acc[tab->p_source[j][r][0]], dp_acc[tab->p_source[j][r][1]]);
+        stmatrix_x4_trans(base + tab->off_ds + tab->ds_row[c][t][j], a);
+    }
     for (int r = 0; r < BM / 2; r++) o[R_S + r] = s_acc[r], o[R_DP + r] = dp_acc[r];
     fence_proxy_async();
     named_barrier_sync(BAR_DS, CONSUMERS * WG_THREADS);
@@ -367,10 +378,20 @@ static void build_tables(const geometry *g, plan_tables *tab)
             tab->desc[OP_DQ][c][s][0] = at_tile(g->off_ds, 1, bm, dq_row0(g, c), WG_K * s);        /* dS K-major */
             tab->desc[OP_DQ][c][s][1] = at_tile(g->off_k, 0, BKEYS, WG_K * s, dq_col0(g, c));      /* K MN-major */
         }
+        /* stmatrix: lane l addresses row l % 8 of matrix l / 8 (register l / 8 of every lane); with
+         * .trans, the lane and half that hold element 0 of memory row r are those ldsm_received
+         * maps to (r, 0), and their register-A element (key row, query col of k-step j) is
+         * dS[query][key0 + row], which the row starts with */
         for (int t = 0; t < WG_THREADS; t++)
-            for (int r = 0; r < bm / 2; r++) { /* dP^T accumulator (key row, query col) -> dS[query][key0 + row] */
-                tile_coord at = wgmma_d_coord(wgmma_warp(t), t % WARP_SIZE, r);
-                tab->ds_offset[c][t][r] = (uint16_t)tma_byte_offset(at.col, key0 + at.row, bm);
+            for (int j = 0; j < bm / WG_K; j++) {
+                const int lane = t % WARP_SIZE, matrix = lane / LDSM_ROWS, row = lane % LDSM_ROWS;
+                for (int holder = 0; holder < WARP_SIZE; holder++)
+                    for (int h = 0; h < HALVES; h++) {
+                        tile_coord m = ldsm_received(holder, h, 1);
+                        if (m.row != row || m.col != 0) continue;
+                        tile_coord a = wgmma_a_coord(wgmma_warp(t), holder, matrix, h);
+                        tab->ds_row[c][t][j] = (uint16_t)tma_byte_offset(WG_K * j + a.col, key0 + a.row, bm);
+                    }
             }
     }
     for (int j = 0; j < bm / WG_K; j++)
@@ -510,8 +531,8 @@ static void verify_step(int dim, int bf16)
            tab->desc[OP_DV][0][1][1].start - tab->desc[OP_DV][0][0][1].start, dim, bm / WG_K);
     REPORT(dk, "%s: (3) dK = dS^T Q, dS^T = dP^T's accumulators as register A, Q MN-major, m64n%dk16 x %d", tag, dim,
            bm / WG_K);
-    REPORT(dsi, "%s: (4) the dS tile after both consumers' 2-byte st.shared of their dP^T accumulators holds "
-                "dS[query][key] where tma_byte_offset puts it", tag);
+    REPORT(dsi, "%s: (4) the dS tile after both consumers' stmatrix.x4.trans of dK's register A (their dP^T "
+                "accumulators) holds dS[query][key] where tma_byte_offset puts it", tag);
     for (int c = 0; c < CONSUMERS; c++)
         REPORT(dq[c], "%s: (4)%s dQ[%d..%d][%d..%d] = dS K on consumer %d: dS (both consumers' stores, fence.proxy.async, "
                       "named barrier %d of 256 threads) K-major A (start %u), K MN-major B (start %u: slab %u), m64n64k16 x %d",

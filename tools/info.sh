@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make step=NN info: what the compiler made of a step's kernel -- registers,
 # shared memory, spills (ptxas), and the SASS instructions that matter for
-# FlashAttention: HMMA (mma.sync), HGMMA (wgmma), LDSM (ldmatrix), LDGSTS
+# FlashAttention: HMMA (mma.sync), HGMMA (wgmma), LDSM (ldmatrix), STSM (stmatrix), LDGSTS
 # (cp.async), UTMALDG/UTMASTG (TMA loads and stores), SYNCS (mbarrier operations),
 # LDS/STS (ordinary shared loads/stores), MUFU.EX2 (exp2), BAR (barriers),
 # LDL/STL (local memory: spills).
@@ -43,7 +43,7 @@ if ! "$CUOBJDUMP" -sass "$obj" >"$sass" 2>&1; then
   echo "no SASS instruction mix: $CUOBJDUMP -sass failed: $(grep -m 1 -i 'fatal\|error' "$sass" || tail -n 1 "$sass")"; exit 0
 fi
 echo "== SASS instruction mix of $obj (static counts per kernel and GPU architecture; the main loop dominates at run time)"
-want="HMMA HGMMA LDSM LDGSTS UTMALDG UTMASTG SYNCS LDS STS MUFU.EX2 BAR LDL STL"
+want="HMMA HGMMA LDSM STSM LDGSTS UTMALDG UTMASTG SYNCS LDS STS MUFU.EX2 BAR LDL STL"
 printf "  %-24s" kernel; printf " %8s" $want; echo
 awk -v want="$want" "$name_fn"'
   /^arch = / { arch = $3 }

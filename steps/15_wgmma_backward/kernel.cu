@@ -27,8 +27,9 @@
  *             P^T  = exp2(S^T scale log2 e - LSE log2 e), dS^T = P^T (dP^T - D)  (masked)
  *             dV_c += P^T dO          m64n(D)k16, A: S^T's accumulators as register A
  *             dK_c += dS^T Q          the same with dP^T's; B: dO, Q MN-major (imm-trans-b)
- *             dS stored to shared memory [query][key], fence.proxy.async, named barrier of
- *             both consumers, then dQ part = dS K: m64n64k16 over the 128 keys, A: dS K-major,
+ *             dS stored to shared memory [query][key] by stmatrix .trans (dS^T's registers,
+ *             transposed on the way), fence.proxy.async, named barrier of both consumers,
+ *             then dQ part = dS K: m64n64k16 over the 128 keys, A: dS K-major,
  *             B: K MN-major; staged in shared memory, handed to the producer's warp 1 on a
  *             named barrier, which adds it into the fp32 workspace by cp.reduce.async.bulk.
  *
@@ -902,9 +903,17 @@ __device__ __forceinline__ void bulk_wait_all() { asm volatile("cp.async.bulk.wa
 // async proxy (wgmma's descriptors, a bulk copy's source): without it those may see older bytes.
 __device__ __forceinline__ void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
 
-__device__ __forceinline__ void st_shared_b16(uint32_t saddr, uint16_t bits)
+// stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 (PTX ISA, "Data Movement and Conversion
+// Instructions: stmatrix"; sm_90): ldmatrix run backwards. The warp stores four 8 x 8 matrices of
+// 16-bit elements; register i of every lane holds matrix i in the mma.sync fragment layout (lane l:
+// row l / 4, columns 2 (l % 4), + 1, the lower in the low half), and lanes 8 i .. 8 i + 7 give the
+// shared addresses of matrix i's 8 rows in memory, 16 bytes each. With .trans the matrix is written
+// transposed: memory row r holds the fragment's column r.
+__device__ __forceinline__ void stmatrix_x4_trans(uint32_t saddr, const uint32_t (&frag)[4])
 {
-    asm volatile("st.shared.b16 [%0], %1;\n" ::"r"(saddr), "h"(bits) : "memory");
+    asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(saddr), "r"(frag[0]),
+                 "r"(frag[1]), "r"(frag[2]), "r"(frag[3])
+                 : "memory");
 }
 
 // ---- the tiles -------------------------------------------------------------------
@@ -1173,6 +1182,15 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
         for (int e = 0; e < 4; e++) dv_acc[dt][e] = dk_acc[dt][e] = 0.0f;
     // This thread's two keys (accumulator rows g and g + 8 of its warp), in the block.
     const int key_lo = n0 + c * WG_M + warp * MMA_M + g, key_hi = key_lo + 8;
+    // The dS row this lane addresses for stmatrix (k-step 0 of stage 0), in slab c of the dS tile
+    // (keys 64 c ..), at the slab swizzle (TMA's layout, which dQ's K-major descriptor reads).
+    // Register i of ds_frag[j] holds keys 16 warp + 8 (i % 2) .. + 7 against queries 16 j +
+    // 8 (i / 2) .. + 7 (the A fragment order), so lane l gives matrix i = l / 8, row r = l % 8:
+    // query 8 (i / 2) + r, keys from 16-byte chunk 2 warp + i % 2. The 8 rows of a matrix are 8
+    // consecutive queries, whose swizzle sends that chunk to 8 different columns of 16 bytes: the
+    // 32 banks once, no conflict.
+    const int st_query = 8 * (lane / 16) + lane % 8, st_chunk = 2 * warp + lane / 8 % 2;
+    const uint32_t ds_row = ds_saddr + c * BLOCK_M * SWIZZLE_BYTES + st_query * SWIZZLE_BYTES + ((st_chunk ^ st_query % 8) * 16);
 
     // One step, instantiated twice (as step 14's): steps that need no mask (every query in
     // seqlen_q, every key in seqlen_k and, causal, seen by the step's first query) run a copy
@@ -1274,21 +1292,11 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
 #pragma unroll
         for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dv_acc, p_frag[j], desc_advance(do_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
 
-        // dS [query][key] into this stage's dS tile: element (key 16 warp + g + 8 (e / 2) of the
-        // consumer's, query 8 nt + 2 tq + e % 2) in slab c, at the slab swizzle (TMA's layout,
-        // what the K-major descriptor of dQ's A reads). Per store the 4 lanes tq are 4 rows in 4
-        // different 16-byte chunks and the 8 lanes g 16 bytes of one, 2 bytes each: 16 banks, no
-        // two lanes in different words of one bank.
-        const uint32_t ds_tile = ds_saddr + ds_off + c * BLOCK_M * SWIZZLE_BYTES;
+        // dS [query][key] into this stage's dS tile, one stmatrix .trans per k-step j: ds_frag[j]
+        // is four 8 x 8 fragments of dS^T (keys as rows), and the transposing store writes each as
+        // 8 query rows of 8 keys, 16 contiguous bytes (ds_row says where this lane's row goes).
 #pragma unroll
-        for (int nt = 0; nt < BLOCK_M / MMA_N; nt++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int query = nt * MMA_N + 2 * tq + (e & 1), key = warp * MMA_M + g + 8 * (e / 2);
-                const uint32_t pair = ds_frag[nt / 2][nt % 2 * 2 + e / 2];
-                st_shared_b16(ds_tile + query * SWIZZLE_BYTES + ((key / 8 ^ query % 8) * 16) + key % 8 * 2,
-                              (uint16_t)(e & 1 ? pair >> 16 : pair & 0xffffu));
-            }
+        for (int j = 0; j < BLOCK_M / WG_K; j++) stmatrix_x4_trans(ds_row + ds_off + j * WG_K * SWIZZLE_BYTES, ds_frag[j]);
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dk_acc, ds_frag[j], desc_advance(q_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
