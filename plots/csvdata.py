@@ -6,8 +6,10 @@ row per round: the plots take the median of the rounds' times, as the printed ta
 """
 import argparse
 import csv
+import glob
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -90,24 +92,39 @@ def by_step_and_shape(rows):
     return merged
 
 
-def newest_committed_csv(holds=lambda path: True):
-    """The compare CSV of the newest commit that added one (git) for which holds(path) is true,
-    for `make plots` with no CSV. A CSV whose rows holds cannot use (it exits: no GPU rows, as a
-    backward run's once its rows are left out) does not hold."""
+def results_csvs_newest_first():
+    """results/**/compare-*.csv, newest first: in the order git's commits added them, or, in a
+    tree without git's history (a release's archive, a copy), by the run folder's date and run
+    number (results/2026-11-24-h100-r21/) and then the file's name (its date, and -N for a later
+    run of the day)."""
     try:
         names = subprocess.run(["git", "-C", ROOT, "log", "--diff-filter=A", "--name-only", "--format=", "--",
                                 "results"], capture_output=True, text=True, check=True).stdout.split()
     except (OSError, subprocess.CalledProcessError):
         names = []
-    for name in names:  # newest commit first
-        path = os.path.join(ROOT, name)
-        if os.path.basename(name).startswith("compare-") and name.endswith(".csv") and os.path.exists(path):
+    names = [n for n in names if os.path.basename(n).startswith("compare-") and n.endswith(".csv")]
+    if names:
+        return [os.path.join(ROOT, n) for n in names]
+
+    def order(path):
+        folder = os.path.relpath(path, os.path.join(ROOT, "results")).split(os.sep)[0]
+        run = re.search(r"-r(\d+)$", folder)
+        return (folder[:10], int(run.group(1)) if run else -1, os.path.basename(path))
+    return sorted(glob.glob(os.path.join(ROOT, "results", "**", "compare-*.csv"), recursive=True), key=order, reverse=True)
+
+
+def newest_committed_csv(holds=lambda path: True):
+    """The newest committed compare CSV (results_csvs_newest_first) for which holds(path) is true,
+    for `make plots` with no CSV. A CSV whose rows holds cannot use (it exits: no GPU rows, as a
+    backward run's once its rows are left out) does not hold."""
+    for path in results_csvs_newest_first():
+        if os.path.exists(path):
             try:
                 if holds(path):
                     return path
             except SystemExit:
                 continue
-    raise SystemExit("error: no committed results/**/compare-*.csv (git found none) with the rows this plot needs: "
+    raise SystemExit("error: no committed results/**/compare-*.csv with the rows this plot needs: "
                      "give a CSV, or run make compare")
 
 
