@@ -12,7 +12,7 @@
 # are) rewrites the lines between
 #   <!-- backward-table:begin -->  and  <!-- backward-table:end -->
 # instead: one table per backward shape, from the backward rows alone (TFLOP/s counting 2.5
-# forwards, against torch's backward per backend, % of the mma.sync ceiling).
+# forwards, against torch's backward per backend, % of the ceiling of the instruction a row runs).
 #
 # With --summary, the README's one results table instead: the shapes of the summary set of
 # reference/shapes.txt that the CSV holds (prefill shapes from a bench CSV, between
@@ -98,15 +98,14 @@ elif [ -f "$ceiling_csv" ]; then
   mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
   wgmma=$(awk -F, '$1 == "wgmma_m64n256k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
   [ -n "$mma" ] && ceiling_note="; mma.sync m16n8k16 ceiling (fp16) $mma TFLOP/s"
-  # the backward's table gives mma.sync's share alone (step 14 runs mma.sync)
-  [ -n "$wgmma" ] && [ $table = compare ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
+  [ -n "$wgmma" ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
   [ -n "$ceiling_note" ] && ceiling_note="$ceiling_note from \`$ceiling_csv\`"
 fi
 # The steps that run wgmma, the Makefile's one list (table.awk holds them to wgmma's ceiling,
 # every other GPU step to mma.sync's).
 wgmma_steps=$(make -s --no-print-directory hopper-steps 2>/dev/null || true)
 ceiling_rule=""
-if [ $table = compare ] && [ -n "${wgmma:-}" ]; then
+if [ $table != decode ] && [ -n "${wgmma:-}" ]; then
   if [ -n "$wgmma_steps" ]; then
     ceiling_rule="A step's row gives the share of the ceiling of the instruction it runs: wgmma's for steps $(echo $wgmma_steps | sed 's/ /, /g') (\`make hopper-steps\`), mma.sync's for the other GPU steps (step 01, which runs neither, included); the cuBLAS and torch rows, whose instructions are their own, give both."
   else
@@ -126,7 +125,7 @@ trap 'rm -f "$block" "$block.readme"; [ "$rows_csv" = "$csv" ] || rm -f "$rows_c
     echo "The times are the backward's alone (dQ, dK, dV from Q, K, V, O, LSE and dO; torch's: autograd.grad of a forward run"
     echo "before the timing), against torch's backward per backend; TFLOP/s count 2.5 forwards, as FA2 and FA3 count a backward."
     awk -v mode=markdown -v backward=1 -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
-        -f reference/table.awk "$rows_csv"
+        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$rows_csv"
   elif [ $table = decode ]; then
     awk -v mode=markdown -v bandwidth_csv="$bandwidth_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
         -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$rows_csv"

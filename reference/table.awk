@@ -217,15 +217,22 @@ function text_format(widths, conv,    w, n, i, f) {
 }
 
 # One contender's row: its label (with its status unless it passed), its median time, the
-# table's five numbers c1..c5, (text: the rounds,) and its key change (markdown escapes bars).
-function print_row(key, s, widths, c1, c2, c3, c4, c5,    label, kc) {
+# table's numbers c1..c6 (as many as widths has columns after those two: five, or six in the
+# backward's table), (text: the rounds,) and its key change (markdown escapes bars).
+function print_row(key, s, widths, c1, c2, c3, c4, c5, c6,    label, kc, c, n, i, w, line) {
     label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
     kc = key_text[s]
+    c[1] = c1; c[2] = c2; c[3] = c3; c[4] = c4; c[5] = c5; c[6] = c6
+    n = split(widths, w, " ") - 2
     if (mode == "markdown") {
         gsub(/\|/, "\\|", kc)
-        printf "| %s | %s | %s | %s | %s | %s | %s | %s |\n", label, fmt_ms(median_ms(key, s)), c1, c2, c3, c4, c5, kc
+        line = "| " label " | " fmt_ms(median_ms(key, s)) " |"
+        for (i = 1; i <= n; i++) line = line " " c[i] " |"
+        print line " " kc " |"
     } else {
-        printf text_format(widths, "d") "\n", label, fmt_ms(median_ms(key, s)), c1, c2, c3, c4, c5, n_rounds[key, s], kc
+        line = sprintf("%" w[1] "s %" w[2] "s", label, fmt_ms(median_ms(key, s)))
+        for (i = 1; i <= n; i++) line = line sprintf(" %" w[i + 2] "s", c[i])
+        print line sprintf(" %7d  %s", n_rounds[key, s], kc)
     }
 }
 
@@ -239,7 +246,7 @@ function print_header(key, md_head, text_head, note,    n, cells, rule, i) {
     printf "\n**%s**\n\n%s%s\n%s|\n", title(key), note == "" ? "" : note "\n\n", md_head, rule "---"
 }
 
-function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct, wpct, parts, widths, is_step) {
+function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, parts, widths) {
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
@@ -255,16 +262,21 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, pct,
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
-        # The ceiling is a GPU's: a CPU row (step 00) gets none. A step gets the ceiling of
-        # the instruction it runs (wgmma for the steps of wgmma_steps, mma.sync for the others);
-        # a baseline, and every row when the wgmma steps are not known, gets both.
-        is_step = s ~ /^[0-9][0-9]_/ && n_wgmma > 0
-        pct = tf != "" && (dtype in ceiling) && device[key, s] != "CPU" && !(is_step && (substr(s, 1, 2) in runs_wgmma)) \
-            ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
-        wpct = tf != "" && (dtype in wgmma_ceiling) && device[key, s] != "CPU" && !(is_step && !(substr(s, 1, 2) in runs_wgmma)) \
-            ? sprintf("%.1f%%", 100 * tf / wgmma_ceiling[dtype]) : "-"
-        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), pct, wpct)
+        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt),
+                  ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
     }
+}
+
+# A row's TFLOP/s as a share of the mma.sync ceiling (wgmma 0) or of wgmma's (wgmma 1), or "-".
+# The ceiling is a GPU's: a CPU row (step 00) gets none. A step gets the ceiling of the
+# instruction it runs (wgmma for the steps of wgmma_steps, mma.sync for the others); a
+# baseline, and every row when the wgmma steps are not known, gets both.
+function ceiling_share(key, s, tf, dtype, wgmma,    top) {
+    if (wgmma) top = (dtype in wgmma_ceiling) ? wgmma_ceiling[dtype] : 0
+    else top = (dtype in ceiling) ? ceiling[dtype] : 0
+    if (tf == "" || top == 0 || device[key, s] == "CPU") return "-"
+    if (s ~ /^[0-9][0-9]_/ && n_wgmma > 0 && (substr(s, 1, 2) in runs_wgmma) != wgmma) return "-"
+    return sprintf("%.1f%%", 100 * tf / top)
 }
 
 # The decode table: bytes, not flops, are the work. A KV cache's table takes its torch ratios
@@ -292,19 +304,20 @@ function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, 
 }
 
 # The backward's table: its TFLOP/s (2.5 forwards), against torch's backward per backend, and
-# the share of the mma.sync ceiling (the instruction step 14 runs; torch's rows too).
-function print_backward_table(key, list, n,    i, s, flash, cudnn, dflt, dtype, parts, tf, pct, widths) {
+# the share of the ceiling of the instruction a row runs (ceiling_share: step 14 mma.sync's,
+# step 15 wgmma's, torch's rows both).
+function print_backward_table(key, list, n,    i, s, flash, cudnn, dflt, dtype, parts, tf, widths) {
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash"); cudnn = tflops_of(key, "torch_sdpa_cudnn"); dflt = tflops_of(key, "torch_sdpa_default")
-    widths = "-36 10 8 13 9 16 14"
-    print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | key change |",
+    widths = "-36 10 8 13 9 16 14 11"
+    print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
                  sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs cuDNN",
-                         "vs default SDPA", "% of mma.sync", "rounds", "key change"))
+                         "vs default SDPA", "% of mma.sync", "% of wgmma", "rounds", "key change"))
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
-        pct = tf != "" && (dtype in ceiling) && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * tf / ceiling[dtype]) : "-"
-        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt), pct)
+        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt),
+                  ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
     }
 }
 

@@ -303,17 +303,18 @@ n_fwd=$(awk -v mode=count_backward -f reference/table.awk results/2026-11-24-h10
 [ "$n_bwd" = 6 ] && [ "$n_fwd" = 0 ] && result PASS "table.awk counts 6 backward rows in the backward CSV and 0 in a bench CSV" ||
   result FAIL "table.awk's backward rows" "counted $n_bwd (want 6) and $n_fwd in a bench CSV (want 0)"
 # the backward's table: step 14 under its name, the median of its two rounds (0.25 ms),
-# TFLOP/s = 2.5 x 4 x 2 x 8 x 1024^2 x 128 / 0.25 ms = 85.9, 0.40x cuDNN, 14.3% of 600
-out=$(awk -v mode=markdown -v backward=1 -v ceiling_csv="$bwd_dir/ceiling-gpu-x-2026-11-25.csv" -f reference/table.awk \
-      "$bwd_dir/compare-gpu-x-2026-11-25.csv")
-want_rows=("| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | key change |"
-           "| 14_backward | 0.2500 | 85.9 | 1.00x | 0.40x | 0.40x | 14.3% | the backward: dQ, dK, dV |"
-           "| torch_sdpa_cudnn | 0.1000 | 215 | 2.50x | 1.00x | 1.00x | 35.8% | PyTorch SDPA, CUDNN_ATTENTION backend (cuDNN fused attention), backward |"
-           "| torch_sdpa_efficient [UNSUPPORTED] | - | - | - | - | - | - | PyTorch SDPA, EFFICIENT_ATTENTION backend (memory-efficient attention), backward |")
+# TFLOP/s = 2.5 x 4 x 2 x 8 x 1024^2 x 128 / 0.25 ms = 85.9, 0.40x cuDNN, 14.3% of mma.sync's
+# 600 and no share of wgmma's (it runs mma.sync); torch's rows both (215 of 600 and of 900)
+out=$(awk -v mode=markdown -v backward=1 -v ceiling_csv="$bwd_dir/ceiling-gpu-x-2026-11-25.csv" -v wgmma_steps="09 15" \
+      -f reference/table.awk "$bwd_dir/compare-gpu-x-2026-11-25.csv")
+want_rows=("| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |"
+           "| 14_backward | 0.2500 | 85.9 | 1.00x | 0.40x | 0.40x | 14.3% | - | the backward: dQ, dK, dV |"
+           "| torch_sdpa_cudnn | 0.1000 | 215 | 2.50x | 1.00x | 1.00x | 35.8% | 23.9% | PyTorch SDPA, CUDNN_ATTENTION backend (cuDNN fused attention), backward |"
+           "| torch_sdpa_efficient [UNSUPPORTED] | - | - | - | - | - | - | - | PyTorch SDPA, EFFICIENT_ATTENTION backend (memory-efficient attention), backward |")
 bwd_ok=1
 for row in "${want_rows[@]}"; do grep -qxF "$row" <<<"$out" || bwd_ok=0; done
 [ "$(grep -c '^| ' <<<"$out")" = 6 ] || bwd_ok=0  # the header, step 14 and four torch backends
-[ $bwd_ok = 1 ] && result PASS "table.awk backward=1: the backward's table (2.5 forwards, vs torch-FA2, cuDNN and default, % of mma.sync)" ||
+[ $bwd_ok = 1 ] && result PASS "table.awk backward=1: the backward's table (2.5 forwards, vs torch-FA2, cuDNN and default, % of each ceiling)" ||
   result FAIL "table.awk backward=1" "$out"
 # Without backward=1 the backward rows stay out, and so do the forward rows of the steps named
 # *_backward (their forward is another step's, with a row of its own). The CSV above with
@@ -333,9 +334,13 @@ for mode_decode in "text|" "markdown|" "markdown|2 8 8 1024 1024 128 0 fp16"; do
   [ "$(grep -c '^| 07_tuned | 0.0500 |\|^07_tuned  *0.0500 ' <<<"$out")" = 1 ] && ! grep -q '_backward' <<<"$out" ||
     { fwd_ok=0; echo "  mode|decode $mode_decode: want step 07's row alone:"; echo "$out"; }
 done
-out=$(awk -v mode=markdown -v backward=1 -f reference/table.awk "$fwd_csv")
-grep -q '^| 14_backward | 0.2500 |' <<<"$out" && grep -q '^| 15_wgmma_backward | 0.1200 |' <<<"$out" && ! grep -q '07_tuned' <<<"$out" ||
-  { fwd_ok=0; echo "  backward=1: want the backward rows of steps 14 and 15, no step 07:"; echo "$out"; }
+# step 15 runs wgmma: 2.5 x 4 x 2 x 8 x 1024^2 x 128 / 0.12 ms = 179 TFLOP/s, 19.9% of wgmma's 900
+# and no share of mma.sync's
+out=$(awk -v mode=markdown -v backward=1 -v ceiling_csv="$bwd_dir/ceiling-gpu-x-2026-11-25.csv" -v wgmma_steps="09 15" \
+      -f reference/table.awk "$fwd_csv")
+grep -q '^| 14_backward | 0.2500 |' <<<"$out" && grep -q '^| 15_wgmma_backward | 0.1200 | 179 | 2.08x | 0.83x | 0.83x | - | 19.9% |' <<<"$out" &&
+  ! grep -q '07_tuned' <<<"$out" ||
+  { fwd_ok=0; echo "  backward=1: want the backward rows of steps 14 and 15 (15's share of wgmma's ceiling), no step 07:"; echo "$out"; }
 # the committed CSVs: the bench run's forward rows of step 14 and the backward run's rows of both
 out=$(awk -v mode=markdown -f reference/table.awk results/2026-11-24-h100-r21/bench/compare-nvidia-h100-80gb-hbm3-2026-11-24.csv)
 grep -q '^| 07_tuned |' <<<"$out" && ! grep -q '^| 14_backward' <<<"$out" || { fwd_ok=0; echo "  the committed bench CSV shows step 14's forward rows"; }
