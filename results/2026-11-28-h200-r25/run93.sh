@@ -3,14 +3,12 @@
 # when that is what is lent), in one device session of about 25 minutes, on a copy of the tree
 # with branch wip/29-stmatrix-ds laid over it (step 15's dS stored by stmatrix.trans), or on
 # main's tree (NAME "main"), or on whichever of the two the ab stage found faster (NAME "picked").
-# Before the call, on this machine, from the repository root: the branch from the patch beside
-# this script (the change, its checks, its figure and its pages, made against main as it was
-# committed), then its files as an overlay (the device call must carry .ab-base):
-#   git switch -c wip/29-stmatrix-ds && git apply --index results/2026-11-28-r25/stmatrix.patch &&
-#     git commit -m "Step 15: dS stored by stmatrix.x4.trans" && git switch main
+# Before the call, on this machine, from the repository root, a branch's files as an overlay
+# (the device call must carry .ab-base); the branch it ran with, made from a patch that stood
+# beside this script, is on main now ("Step 15: dS stored by stmatrix.x4.trans"):
 #   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-stmatrix-ds
 # then on the GPU machine, in a process session of its own (the device call's end kills others):
-#   mkdir -p build && setsid nohup bash results/2026-11-28-r25/run93.sh build/run93 STAGE... >build/run93.out 2>&1 </dev/null &
+#   mkdir -p build && setsid nohup bash results/2026-11-28-h200-r25/run93.sh build/run93 STAGE... >build/run93.out 2>&1 </dev/null &
 #   verify=NAME    bash scratch/test.sh in NAME's copy: every layout check and, on this GPU, the
 #                  hardware verifiers (verify_wgmma_backward runs stmatrix.x4.trans)
 #   check=NAME     build/tests/gpu_matrix and tools/sanitize.sh on step 15 of NAME's copy; a FAIL
@@ -32,7 +30,7 @@
 #   ab=wip-29-stmatrix-ds test=picked compare=picked:backward profile=picked
 # (the test stage runs the scratch verifiers and step 15's matrix and sanitizer, so verify and
 # check are not run apart).
-# usage: bash results/2026-11-28-r25/run93.sh LOGDIR STAGE...
+# usage: bash results/2026-11-28-h200-r25/run93.sh LOGDIR STAGE...
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
