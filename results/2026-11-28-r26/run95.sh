@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run 95 (prepared): the measurements the Hopper backward and the decode step still lack on an
+# H200 (or an H100), in about 25 minutes of one machine, on main's tree:
+#   compare=NAME:SET  make compare SHAPES=SET in NAME's copy ("main": the tree as it is), its
+#                     CSVs into LOGDIR/SET-NAME, with the GPU's SM clock, power, temperature and
+#                     clock-event reasons sampled every 200 ms beside it (LOGDIR/clocks-SET-NAME.csv)
+#   profile13=NAME    Nsight Compute on step 13's kernels (the split kernel with its merge, one
+#                     launch) at the two decode shapes under 85% of the bandwidth, B1 Hq32 Hkv8
+#                     Nk32768 and B2 Hq8 Hkv1 Nk131072 (bf16 d128): the kernel's time against the
+#                     whole call's, where the 8-11 us over the bytes' time sit
+# then on the GPU machine, in a process session of its own (a call's end kills the others):
+#   mkdir -p build && setsid nohup bash results/2026-11-28-r26/run95.sh build/run95 STAGE... >build/run95.out 2>&1 </dev/null &
+# The order for an H200, about 19 minutes (backward 6, profile 1, decode 12):
+#   compare=main:backward profile13=main compare=main:decode
+# To stop it early: kill the process group in LOGDIR/pgid (never a pattern that matches the
+# command line of the shell that runs the kill).
+# usage: bash results/2026-11-28-r26/run95.sh LOGDIR STAGE...
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 2
+. tools/tree_copy.sh
+run_start "${1:?usage: run95.sh LOGDIR STAGE...}"; shift
+ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
+# nvidia-smi's name for the reasons the clock is held down (clocks_event_reasons since driver
+# 535, clocks_throttle_reasons before); only read, never set
+reasons=clocks_event_reasons.active
+nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+for what in "$@"; do
+  name=${what#*=}; name=${name%%:*}
+  tree=$(copy_of "$name") || { stage "$what: no tree for $name: stopping"; break; }
+  case $what in
+    compare=*:*)
+      set=${what##*:}
+      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv -lms 200 \
+        >"$log/clocks-$set-$name.csv" 2>&1 &
+      sampler=$!
+      (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
+        PYTHONUNBUFFERED=1 make -s compare SHAPES="$set") >"$log/compare-$set-$name.log" 2>&1
+      rc=$?
+      kill $sampler 2>/dev/null
+      stage "compare $set $name: exit $rc; SM clock (MHz) min/median/max: $(awk -F', ' 'NR > 1 && $2 + 0 > 0 { print $2 + 0 }' \
+        "$log/clocks-$set-$name.csv" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[1] "/" v[int((NR + 1) / 2)] "/" v[NR]; else print "none" }')"
+      mkdir -p "$log/$set-$name"
+      cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$tree"/results/bandwidth-*.csv "$log/$set-$name/" 2>/dev/null
+      gzip -f "$log/compare-$set-$name.log" "$log/clocks-$set-$name.csv" ;;
+    profile13=*)
+      for shape in "--batch 1 --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 32768" \
+                   "--batch 2 --heads 8 --kv-heads 1 --seqlen-q 1 --seqlen-k 131072"; do
+        tag=$(echo "$shape" | awk '{ print "b" $2 "-nk" $10 }')
+        # shellcheck disable=SC2086
+        (cd "$tree" && KERNEL_REGEX=fa2_ bash tools/profile.sh build/step13/fa2 $shape --dim 128 --dtype bf16) \
+          >"$log/profile13-$tag-$name.log" 2>&1
+        stage "profile step 13 $tag $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13-$tag-$name.log" | tr -s ' ')"
+      done ;;
+    *) stage "unknown stage $what (allowed: compare=NAME:SET, profile13=NAME)" ;;
+  esac
+done
+stage "done"
