@@ -32,3 +32,32 @@ run_start() {
 }
 stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
 copy_of() { tree_copy "$PWD/build/tree-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"; }
+
+# check_step NN NAME: step NN's GPU matrix and compute-sanitizer (at once) in NAME's copy, their
+# logs gzipped into LOGDIR; fails on any FAIL line. Run 95 on.
+check_step() {
+  local id=$1 name=$2 tree failed
+  tree=$(copy_of "$name") || return 3
+  (cd "$tree" && bash tools/sanitize.sh "build/step$id/fa2") >"$log/sanitize$id-$name.log" 2>&1 &
+  (cd "$tree" && "build/tests/gpu_matrix" "build/step$id/libfa2.so") >"$log/matrix$id-$name.log" 2>&1
+  stage "gpu_matrix step $id $name: exit $?: $(grep -c "^PASS ${id}_" "$log/matrix$id-$name.log") PASS $(grep -c "^FAIL ${id}_" "$log/matrix$id-$name.log") FAIL"
+  wait $!
+  stage "  sanitize step $id $name: $(grep -c '^PASS' "$log/sanitize$id-$name.log") PASS $(grep -c '^FAIL' "$log/sanitize$id-$name.log") FAIL"
+  failed=$(cat "$log/matrix$id-$name.log" "$log/sanitize$id-$name.log" | grep -c '^FAIL')
+  gzip -f "$log/matrix$id-$name.log" "$log/sanitize$id-$name.log"
+  [ "$failed" = 0 ]
+}
+
+# ab_no_slower NN NAME SET: tools/ab.sh, 3 rounds, main's step NN against NAME's at SET (a
+# shapes.txt set and harness arguments, "backward --backward"); succeeds when NAME's medians of
+# the rows it times (the backward's, with --backward) add up to no more than main's.
+ab_no_slower() {
+  local id=$1 name=$2 set=$3 tree main_tree rows
+  tree=$(copy_of "$name") && main_tree=$(copy_of main) || return 3
+  (cd "$tree" && bash tools/ab.sh "$log/ab$id-$name.csv" 3 "$set" main="$main_tree/build/step$id/fa2" new="build/step$id/fa2") \
+    >"$log/ab$id-$name.log" 2>&1
+  stage "ab step $id $name: exit $?"; grep -A40 '^medians' "$log/ab$id-$name.log" | tee -a "$log/progress.txt"
+  rows=$(case $set in *--backward*) echo ' bwd ' ;; *) echo ' ' ;; esac)
+  grep -A40 '^medians' "$log/ab$id-$name.log" | awk -v rows="$rows" 'NR > 2 && index($0, rows) { m += $(NF-1); n += $NF; k++ }
+    END { exit !(k > 0 && n <= m) }'
+}

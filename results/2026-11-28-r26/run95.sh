@@ -1,17 +1,30 @@
 #!/usr/bin/env bash
 # Run 95 (prepared): the measurements the Hopper backward and the decode step still lack on an
-# H200 (or an H100), in about 25 minutes of one machine, on main's tree:
-#   compare=NAME:SET  make compare SHAPES=SET in NAME's copy ("main": the tree as it is), its
-#                     CSVs into LOGDIR/SET-NAME, with the GPU's SM clock, power, temperature and
-#                     clock-event reasons sampled every 200 ms beside it (LOGDIR/clocks-SET-NAME.csv)
+# H200 (or an H100), and step 15's dQ staged in pairs checked and timed, in about 25 minutes of
+# one machine. NAME is main (the tree as it is), an overlay (a branch's files: run89.sh
+# --overlays), or "picked": main, or the branch an ab stage found no slower.
+#   check=NAME:NN     step NN's GPU matrix and compute-sanitizer in NAME's copy (check_step in
+#                     tools/tree_copy.sh), the planted bugs of step NN beside them
+#                     (MUTANT_STEPS=NN tests/mutants.sh, each stopping at its first FAIL); a FAIL
+#                     in the matrix or the sanitizer stops the run
+#   ab=NAME:NN        tools/ab.sh, 3 rounds, main's step NN against NAME's at the backward set
+#                     (ab_no_slower); NAME is "picked" from here on if it is no slower
+#   compare=NAME:SET  make compare SHAPES=SET in NAME's copy, its CSVs into LOGDIR/SET-NAME, with
+#                     the GPU's SM clock, power, temperature and clock-event reasons sampled every
+#                     200 ms beside it (LOGDIR/clocks-SET-NAME.csv.gz)
 #   profile13=NAME    Nsight Compute on step 13's kernels (the split kernel with its merge, one
 #                     launch) at the two decode shapes under 85% of the bandwidth, B1 Hq32 Hkv8
 #                     Nk32768 and B2 Hq8 Hkv1 Nk131072 (bf16 d128): the kernel's time against the
 #                     whole call's, where the 8-11 us over the bytes' time sit
+# Before the call, on this machine, from the repository root: the branch from the patch beside
+# this script, then its files as an overlay (the device call must carry .ab-base):
+#   git switch -c wip/29-dq-pairs && git apply --index results/2026-11-28-r26/dq-pairs.patch &&
+#     git commit -m "Step 15: dQ staged in pairs" && git switch main
+#   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-dq-pairs
 # then on the GPU machine, in a process session of its own (a call's end kills the others):
 #   mkdir -p build && setsid nohup bash results/2026-11-28-r26/run95.sh build/run95 STAGE... >build/run95.out 2>&1 </dev/null &
-# The order for an H200, about 19 minutes (backward 6, profile 1, decode 12):
-#   compare=main:backward profile13=main compare=main:decode
+# The order for an H200, about 24 minutes (check 3, ab 2, backward 6, profile 1, decode 12):
+#   check=wip-29-dq-pairs:15 ab=wip-29-dq-pairs:15 compare=picked:backward profile13=main compare=main:decode
 # To stop it early: kill the process group in LOGDIR/pgid (never a pattern that matches the
 # command line of the shell that runs the kill).
 # usage: bash results/2026-11-28-r26/run95.sh LOGDIR STAGE...
@@ -24,10 +37,23 @@ ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
 # 535, clocks_throttle_reasons before); only read, never set
 reasons=clocks_event_reasons.active
 nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+picked=main
 for what in "$@"; do
-  name=${what#*=}; name=${name%%:*}
+  name=${what#*=}; name=${name%%:*}; [ "$name" = picked ] && name=$picked
   tree=$(copy_of "$name") || { stage "$what: no tree for $name: stopping"; break; }
   case $what in
+    check=*:*)
+      id=${what##*:}
+      (cd "$tree" && FA2_TEST_FAIL_LIMIT=1 MUTANT_JOBS=8 MUTANT_STEPS="$id" bash tests/mutants.sh) >"$log/mutants$id-$name.log" 2>&1 &
+      mutants=$!
+      check_step "$id" "$name"; failed=$?
+      wait $mutants
+      stage "  mutants of step $id $name: $(grep -c '^PASS' "$log/mutants$id-$name.log") caught, $(grep -c '^FAIL' "$log/mutants$id-$name.log") FAIL"
+      grep '^FAIL' "$log/mutants$id-$name.log" | tee -a "$log/progress.txt"
+      [ $failed = 0 ] || { stage "check $name failed: stopping"; break; } ;;
+    ab=*:*)
+      if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name; fi
+      stage "  picked: $picked" ;;
     compare=*:*)
       set=${what##*:}
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv -lms 200 \
@@ -51,7 +77,7 @@ for what in "$@"; do
           >"$log/profile13-$tag-$name.log" 2>&1
         stage "profile step 13 $tag $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13-$tag-$name.log" | tr -s ' ')"
       done ;;
-    *) stage "unknown stage $what (allowed: compare=NAME:SET, profile13=NAME)" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, compare=NAME:SET, profile13=NAME)" ;;
   esac
 done
 stage "done"
