@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run 95 (prepared): the measurements the Hopper backward and the decode step still lack on an
 # H200 (or an H100), and step 15's dQ staged in pairs checked and timed, in about 25 minutes of
-# one machine. NAME is main (the tree as it is), an overlay (a branch's files: run89.sh
+# one machine and 12 more. NAME is main (the tree as it is), an overlay (a branch's files: run89.sh
 # --overlays), or "picked": main, or the branch an ab stage found no slower.
 #   check=NAME:NN     step NN's GPU matrix and compute-sanitizer in NAME's copy (check_step in
 #                     tools/tree_copy.sh), the planted bugs of step NN beside them
@@ -9,6 +9,8 @@
 #                     in the matrix or the sanitizer stops the run
 #   ab=NAME:NN        tools/ab.sh, 3 rounds, main's step NN against NAME's at the backward set
 #                     (ab_no_slower); NAME is "picked" from here on if it is no slower
+#   test=NAME         make test in NAME's copy (every step's GPU matrix and sanitizer, the
+#                     scratch verifiers, torch on the GPU)
 #   compare=NAME:SET  make compare SHAPES=SET in NAME's copy, its CSVs into LOGDIR/SET-NAME, with
 #                     the GPU's SM clock, power, temperature and clock-event reasons sampled every
 #                     200 ms beside it (LOGDIR/clocks-SET-NAME.csv.gz)
@@ -23,8 +25,9 @@
 #   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-dq-pairs
 # then on the GPU machine, in a process session of its own (a call's end kills the others):
 #   mkdir -p build && setsid nohup bash results/2026-11-28-r26/run95.sh build/run95 STAGE... >build/run95.out 2>&1 </dev/null &
-# The order for an H200, about 24 minutes (check 3, ab 2, backward 6, profile 1, decode 12):
-#   check=wip-29-dq-pairs:15 ab=wip-29-dq-pairs:15 compare=picked:backward profile13=main compare=main:decode
+# The order for an H200, about 25 minutes (check 3, ab 2, test 13, backward 6, profile 1), the
+# decode compare (12) last, for the minutes that are left or the next machine:
+#   check=wip-29-dq-pairs:15 ab=wip-29-dq-pairs:15 test=picked compare=picked:backward profile13=main compare=main:decode
 # To stop it early: kill the process group in LOGDIR/pgid (never a pattern that matches the
 # command line of the shell that runs the kill).
 # usage: bash results/2026-11-28-r26/run95.sh LOGDIR STAGE...
@@ -54,6 +57,11 @@ for what in "$@"; do
     ab=*:*)
       if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name; fi
       stage "  picked: $picked" ;;
+    test=*)
+      (cd "$tree" && make -s test) >"$log/test-$name.log" 2>&1
+      stage "make test $name: exit $?: $(tail -n 1 "$log/test-$name.log")"
+      grep -E '^(FAIL|SKIP)' "$log/test-$name.log" | head -n 20 | tee -a "$log/progress.txt"
+      gzip -f "$log/test-$name.log" ;;
     compare=*:*)
       set=${what##*:}
       nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv -lms 200 \
@@ -77,7 +85,7 @@ for what in "$@"; do
           >"$log/profile13-$tag-$name.log" 2>&1
         stage "profile step 13 $tag $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13-$tag-$name.log" | tr -s ' ')"
       done ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, compare=NAME:SET, profile13=NAME)" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, test=NAME, compare=NAME:SET, profile13=NAME)" ;;
   esac
 done
 stage "done"
