@@ -34,7 +34,7 @@ stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
 copy_of() { tree_copy "$PWD/build/tree-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"; }
 
 # check_step NN NAME: step NN's GPU matrix and compute-sanitizer (at once) in NAME's copy, their
-# logs gzipped into LOGDIR; fails on any FAIL line. Run 95 on.
+# logs gzipped into LOGDIR; fails on any FAIL line.
 check_step() {
   local id=$1 name=$2 tree failed
   tree=$(copy_of "$name") || return 3
