@@ -17,12 +17,15 @@
 # draw at least one FAIL line. With --against COMMIT, the matrix of that commit runs on
 # the same mutants too, to show which of them it let through.
 # usage: bash tests/mutants.sh [--against COMMIT]     (on a GPU machine)
+#        bash tests/mutants.sh --texts                 (no GPU, no build: each mutant's text is
+#          in its step's kernel exactly once, as make test checks, so that a kernel edit
+#          cannot leave a planted bug that no longer plants anything)
 #   MUTANT_STEPS="08 14" bash tests/mutants.sh: only the mutants of those steps
 #   MUTANT_JOBS=N: N matrices at a time (default 3; each is mostly the CPU's fp64 reference)
 #   FA2_TEST_FAIL_LIMIT=1: each matrix stops at its first failing case (test_util.h), which
 #     is all a mutant needs; the failing-case counts then say 1 (leave it unset with --against)
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
 jobs=${MUTANT_JOBS:-3}
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || { echo "error: MUTANT_JOBS '$jobs' is not allowed (allowed: a whole number from 1)" >&2; exit 2; }
 # step | mutant | text in the step's kernel | its replacement
@@ -67,17 +70,28 @@ if [ -n "${MUTANT_STEPS:-}" ]; then
   [ ${#kept[@]} -gt 0 ] || { echo "error: MUTANT_STEPS='$MUTANT_STEPS' names no step with mutants (allowed: $(printf '%s\n' "${mutants[@]}" | cut -d'|' -f1 | sort -u | paste -sd' '))" >&2; exit 2; }
   mutants=("${kept[@]}")
 fi
-make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
-libs=()
-mkdir -p build/mutants  # as deep as the step's own file: its #include "../../common/..." still resolve
-for m in "${mutants[@]}"; do
-  [ "$(tr -cd '|' <<<"$m" | wc -c)" = 3 ] || { echo "FAIL mutant line '$m': its texts hold a '|' (allowed: none, '|' separates the fields)"; exit 1; }
-  IFS='|' read -r step mutant from to <<<"$m"
-  src=$(ls steps/${step}_*/kernel.cu)
+# mutant_src LINE: the mutant's kernel source, build/mutants/MUTANT.cu, from its line
+mutant_src() {
+  [ "$(tr -cd '|' <<<"$1" | wc -c)" = 3 ] || { echo "FAIL mutant line '$1': its texts hold a '|' (allowed: none, '|' separates the fields)"; return 1; }
+  IFS='|' read -r step mutant from to <<<"$1"
+  src=$(ls steps/"${step}"_*/kernel.cu)
   name=$(basename "$(dirname "$src")")
   python3 tools/variant_src.py "$src" "build/mutants/$mutant.cu" "$from" "$to" "\"$name\"" "\"${step}_mutant_$mutant\"" ||
-    { echo "FAIL mutant $mutant: its text is not in $src once"; exit 1; }
-  make -s variant step=$step NAME="mutant-$mutant" SRC="build/mutants/$mutant.cu" || echo "FAIL build mutant $mutant" &
+    { echo "FAIL mutant $mutant: its text is not in $src once"; return 1; }
+}
+mkdir -p build/mutants  # as deep as the step's own file: its #include "../../common/..." still resolve
+if [ "${1:-}" = --texts ]; then
+  failed=0
+  for m in "${mutants[@]}"; do
+    if mutant_src "$m"; then echo "PASS mutant $mutant: its text is in $src once"; else failed=1; fi
+  done
+  exit $failed
+fi
+make -s all >/dev/null || { echo "FAIL make all"; exit 1; }
+libs=()
+for m in "${mutants[@]}"; do
+  mutant_src "$m" || exit 1
+  make -s variant step="$step" NAME="mutant-$mutant" SRC="build/mutants/$mutant.cu" || echo "FAIL build mutant $mutant" &
   libs+=("build/variants/mutant-$mutant/libfa2.so")
 done
 wait

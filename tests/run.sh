@@ -70,6 +70,8 @@ run_program backward-fragments python3 tests/test_bwd_fragments.py
 run_program dq-staging python3 tests/test_dq_staging.py
 run_program wgmma-dq-order python3 tests/test_wgmma_dq_order.py
 run_program checker build/tests/test_checker
+# every planted bug of tests/mutants.sh still finds its text in its step's kernel (no GPU)
+run_program mutant-texts bash tests/mutants.sh --texts
 run_program scratch bash scratch/test.sh
 if make -s scratch >"$LOG/make-scratch.log" 2>&1; then result PASS "make scratch (every layout program with its default arguments)"
 else result FAIL "make scratch" "see $LOG/make-scratch.log"; fi
