@@ -14,20 +14,26 @@
 #   compare=NAME:SET  make compare SHAPES=SET in NAME's copy, its CSVs into LOGDIR/SET-NAME, with
 #                     the GPU's SM clock, power, temperature and clock-event reasons sampled every
 #                     200 ms beside it (LOGDIR/clocks-SET-NAME.csv.gz)
+#   profile14=NAME    Nsight Compute on step 14's main kernel at B4 H16 N4096 d128 fp16: its time and
+#                     its shared-load bank conflicts (27.5 M in run 91, H100)
 #   profile13=NAME    Nsight Compute on step 13's kernels (the split kernel with its merge, one
 #                     launch) at the two decode shapes under 85% of the bandwidth, B1 Hq32 Hkv8
 #                     Nk32768 and B2 Hq8 Hkv1 Nk131072 (bf16 d128): the kernel's time against the
 #                     whole call's, where the 8-11 us over the bytes' time sit
-# Before the call, on this machine, from the repository root: the branch from the patch beside
-# this script, then its files as an overlay (the device call must carry .ab-base):
+# Before the call, on this machine, from the repository root: the branches from the patches
+# beside this script, then their files as overlays (the device call must carry .ab-base):
 #   git switch -c wip/29-dq-pairs && git apply --index results/2026-11-28-r26/dq-pairs.patch &&
 #     git commit -m "Step 15: dQ staged in pairs" && git switch main
-#   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-dq-pairs
+#   git switch -c wip/28-dq-half-rows && git apply --index results/2026-11-28-r26/dq-half-rows.patch &&
+#     git commit -m "Step 14: dQ read back in half rows at d128" && git switch main
+#   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-dq-pairs wip/28-dq-half-rows
 # then on the GPU machine, in a process session of its own (a call's end kills the others):
 #   mkdir -p build && setsid nohup bash results/2026-11-28-r26/run95.sh build/run95 STAGE... >build/run95.out 2>&1 </dev/null &
 # The order for an H200, about 25 minutes (check 3, ab 2, test 13, backward 6, profile 1), the
 # decode compare (12) last, for the minutes that are left or the next machine:
 #   check=wip-29-dq-pairs:15 ab=wip-29-dq-pairs:15 test=picked compare=picked:backward profile13=main compare=main:decode
+# and step 14's readback in half rows (6 minutes: check 3, ab 2, profile 1) on a later machine:
+#   check=wip-28-dq-half-rows:14 ab=wip-28-dq-half-rows:14 profile14=main profile14=wip-28-dq-half-rows
 # To stop it early: kill the process group in LOGDIR/pgid (never a pattern that matches the
 # command line of the shell that runs the kill).
 # usage: bash results/2026-11-28-r26/run95.sh LOGDIR STAGE...
@@ -76,6 +82,12 @@ for what in "$@"; do
       mkdir -p "$log/$set-$name"
       cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$tree"/results/bandwidth-*.csv "$log/$set-$name/" 2>/dev/null
       gzip -f "$log/compare-$set-$name.log" "$log/clocks-$set-$name.csv" ;;
+    profile14=*)
+      # shellcheck disable=SC2086
+      (cd "$tree" && KERNEL_REGEX=fa2_bwd_kernel bash tools/profile.sh build/step14/fa2 --batch 4 --heads 16 --seqlen 4096 --dim 128 --backward) \
+        >"$log/profile14-$name.log" 2>&1
+      stage "profile step 14 $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile14-$name.log" | tr -s ' ');$(grep -m 1 \
+        'bank_conflicts_pipe_lsu_mem_shared_op_ld' "$log/profile14-$name.log" | tr -s ' ')" ;;
     profile13=*)
       for shape in "--batch 1 --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 32768" \
                    "--batch 2 --heads 8 --kv-heads 1 --seqlen-q 1 --seqlen-k 131072"; do
@@ -85,7 +97,7 @@ for what in "$@"; do
           >"$log/profile13-$tag-$name.log" 2>&1
         stage "profile step 13 $tag $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13-$tag-$name.log" | tr -s ' ')"
       done ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, test=NAME, compare=NAME:SET, profile13=NAME)" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, test=NAME, compare=NAME:SET, profile13=NAME, profile14=NAME)" ;;
   esac
 done
 stage "done"
