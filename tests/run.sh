@@ -5,6 +5,7 @@
 set -u
 cd "$(dirname "$0")/.."
 LOG=build/test-logs
+run_t0=$SECONDS  # each program's line says how long it took and when it ended: where a run's time goes
 mkdir -p "$LOG"
 pass=0 fail=0 skip=0
 
@@ -43,12 +44,13 @@ expect_pass() {
   else result FAIL "$name" "$out"; fi
 }
 
-run_program() { # run_program NAME COMMAND...: a program that prints PASS/FAIL lines
-  local name=$1; shift
+run_program() { # run_program NAME COMMAND...: a program that prints PASS/FAIL lines, and its seconds
+  local name=$1 t0=$SECONDS; shift
   echo "== $name"
   "$@" >"$LOG/$name.log" 2>&1
   local rc=$?
   count_lines "$LOG/$name.log"
+  echo "  ($name: $((SECONDS - t0)) s, $((SECONDS - run_t0)) s into the run)"
   if [ $rc -ne 0 ] && ! grep -q '^FAIL ' "$LOG/$name.log"; then
     result FAIL "$name exited with $rc and no FAIL line" "$(tail -n 3 "$LOG/$name.log" | tr '\n' ' ')"
   fi
@@ -559,6 +561,7 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
       done
     done
   done
+  echo "  (the steps' harness runs done $((SECONDS - run_t0)) s into the run)"
   if python3 -c 'import sys, torch; sys.exit(not torch.cuda.is_available())' >/dev/null 2>&1; then
     ids=()
     for lib in "${matrix_libs[@]}"; do [[ $lib == build/step* ]] && ids+=("$(basename "$(dirname "$lib")" | cut -c5-6)"); done
@@ -588,6 +591,7 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
   if [ ${#sanitize_pids[@]} -gt 0 ]; then
     echo "== compute-sanitizer (memcheck, racecheck, synccheck, initcheck) on every step"
     wait "${sanitize_pids[@]}"
+    echo "  (the sanitizers done $((SECONDS - run_t0)) s into the run)"
     for log in "$LOG"/sanitize-*.log; do count_lines "$log"; done
   fi
 else
