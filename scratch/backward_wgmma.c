@@ -331,12 +331,25 @@ static int ds_stmatrix_row(const config *c, int w, int warp, int lane, int j)
     return w * c->bm * SW_ROW + query * SW_ROW + (chunk ^ query % 8) * 16;
 }
 
-/* Where stmatrix (.trans or not) puts the element that half h of register reg of a lane holds
- * for k-step j (the PTX ISA's stmatrix maps are ldmatrix's: lanes 8i..8i+7 address matrix i's
- * rows, and ldsm_received says which (row, element) of matrix i a lane's half is), against where
- * dQ's K-major A reads that dS element (tma_byte_offset of its canonical (query, key)). Counts
- * the halves that agree into *agree of *total; *conflicts counts the matrices whose 8 rows do not
- * fall in 8 different 16-byte columns of the 128-byte rows (a bank conflict). */
+/* Where stmatrix (.trans or not) of warpgroup w's k-step j puts the element that half h of
+ * register reg of a thread holds: the byte offset in the dS tile. The PTX ISA's stmatrix maps are
+ * ldmatrix's: lanes 8i..8i+7 address matrix i's rows, and ldsm_received says which (row, element)
+ * of matrix i a lane's half is. *held is the element's (key, query) in dP^T's accumulator, and
+ * *addr_lane the lane whose row address the instruction writes it at. */
+static int ds_stmatrix_at(const config *c, int w, int thread, int j, int reg, int h, int trans, tile_coord *held,
+                          int *addr_lane)
+{
+    int warp = wgmma_warp(thread), lane = thread % WARP_SIZE;
+    *held = wgmma_d_coord(warp, lane, wgmma_p_source_reg(j, reg, h));
+    tile_coord m = ldsm_received(lane, h, trans);
+    *addr_lane = ldsm_address_lane(reg, m.row);
+    return ds_stmatrix_row(c, w, warp, *addr_lane, j) + m.col * ELEM_BYTES;
+}
+
+/* ds_stmatrix_at against where dQ's K-major A reads each dS element (tma_byte_offset of its
+ * canonical (query, key)): counts the halves that agree into *agree of *total; *conflicts counts
+ * the matrices whose 8 rows do not fall in 8 different 16-byte columns of the 128-byte rows (a
+ * bank conflict). */
 static void ds_stmatrix_check(const config *c, int trans, long *agree, long *total, int *conflicts)
 {
     *agree = *total = 0, *conflicts = 0;
@@ -345,11 +358,9 @@ static void ds_stmatrix_check(const config *c, int trans, long *agree, long *tot
             for (int j = 0; j < c->bm / WG_K; j++)
                 for (int reg = 0; reg < WG_A_REGS; reg++)
                     for (int h = 0; h < HALVES; h++) {
-                        int warp = wgmma_warp(thread), lane = thread % WARP_SIZE;
-                        tile_coord d = wgmma_d_coord(warp, lane, wgmma_p_source_reg(j, reg, h));
+                        tile_coord d;
+                        int addr_lane, at = ds_stmatrix_at(c, w, thread, j, reg, h, trans, &d, &addr_lane);
                         elem e = acc_elem(c, P_DP, w, d.row, d.col);
-                        tile_coord m = ldsm_received(lane, h, trans);
-                        int at = ds_stmatrix_row(c, w, warp, ldsm_address_lane(reg, m.row), j) + m.col * ELEM_BYTES;
                         *agree += at == tma_byte_offset(e.row, e.col, c->bm);
                         (*total)++;
                     }
@@ -593,13 +604,10 @@ static void print_stmatrix_csv(const config *c)
     for (int thread = 0; thread < WG_THREADS; thread++)
         for (int reg = 0; reg < WG_A_REGS; reg++)
             for (int h = 0; h < HALVES; h++) {
-                int warp = wgmma_warp(thread), lane = thread % WARP_SIZE;
-                tile_coord d = wgmma_d_coord(warp, lane, wgmma_p_source_reg(0, reg, h));
-                tile_coord m = ldsm_received(lane, h, 1);
-                int addr_lane = ldsm_address_lane(reg, m.row);
-                int at = ds_stmatrix_row(c, 0, warp, addr_lane, 0) + m.col * ELEM_BYTES;
-                printf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", warp, lane, reg, h, d.row, d.col, addr_lane, at, at / SW_ROW,
-                       at % SW_ROW / 16);
+                tile_coord d;
+                int addr_lane, at = ds_stmatrix_at(c, 0, thread, 0, reg, h, 1, &d, &addr_lane);
+                printf("%d,%d,%d,%d,%d,%d,%d,%d,%d,%d\n", wgmma_warp(thread), thread % WARP_SIZE, reg, h, d.row, d.col,
+                       addr_lane, at, at / SW_ROW, at % SW_ROW / 16);
             }
 }
 

@@ -61,3 +61,27 @@ ab_no_slower() {
   grep -A40 '^medians' "$log/ab$id-$name.log" | awk -v rows="$rows" 'NR > 2 && index($0, rows) { m += $(NF-1); n += $NF; k++ }
     END { exit !(k > 0 && n <= m) }'
 }
+
+# compare_set NAME SET: make compare SHAPES=SET in NAME's copy, its CSVs into LOGDIR/SET-NAME,
+# with nvidia-smi sampling the SM clock, power, temperature and clock-event reasons every 200 ms
+# beside it (LOGDIR/clocks-SET-NAME.csv.gz; only read, never set); the stage line gives the SM
+# clock's minimum, median and maximum over the run.
+compare_set() {
+  local name=$1 set=$2 tree sampler rc reasons=clocks_event_reasons.active
+  tree=$(copy_of "$name") || return 3
+  # clocks_event_reasons since driver 535, clocks_throttle_reasons before
+  nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv -lms 200 \
+    >"$log/clocks-$set-$name.csv" 2>&1 &
+  sampler=$!
+  (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
+    PYTHONUNBUFFERED=1 make -s compare SHAPES="$set") >"$log/compare-$set-$name.log" 2>&1
+  rc=$?
+  kill $sampler 2>/dev/null
+  stage "compare $set $name: exit $rc; SM clock (MHz) min/median/max: $(awk -F', ' 'NR > 1 && $2 + 0 > 0 { print $2 + 0 }' \
+    "$log/clocks-$set-$name.csv" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[1] "/" v[int((NR + 1) / 2)] "/" v[NR]; else print "none" }')"
+  mkdir -p "$log/$set-$name"
+  cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$tree"/results/bandwidth-*.csv "$log/$set-$name/" 2>/dev/null
+  gzip -f "$log/compare-$set-$name.log" "$log/clocks-$set-$name.csv"
+  return $rc
+}

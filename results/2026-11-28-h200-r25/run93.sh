@@ -30,22 +30,15 @@
 #   ab=wip-29-stmatrix-ds test=picked compare=picked:backward profile=picked
 # (the test stage runs the scratch verifiers and step 15's matrix and sanitizer, so verify and
 # check are not run apart).
+# Its check, ab and compare stages now call tools/tree_copy.sh's check_step, ab_no_slower and
+# compare_set, written after the run from this script's own code (compare_set adds the clock
+# sampling; the compare stage did not run here).
 # usage: bash results/2026-11-28-h200-r25/run93.sh LOGDIR STAGE...
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
 run_start "${1:?usage: run93.sh LOGDIR STAGE...}"; shift
 shape="--batch 4 --heads 16 --seqlen 4096 --dim 128 --backward"  # the profiles' (profile.sh adds --iters 1 --warmup 0 --check off)
-check15() { # check15 NAME TREE: step 15's GPU matrix and sanitizer in TREE; fails on any FAIL
-  (cd "$2" && bash tools/sanitize.sh build/step15/fa2) >"$log/sanitize15-$1.log" 2>&1 &
-  (cd "$2" && build/tests/gpu_matrix build/step15/libfa2.so) >"$log/matrix15-$1.log" 2>&1
-  stage "gpu_matrix step 15 $1: exit $?: $(grep -c '^PASS 15_' "$log/matrix15-$1.log") PASS $(grep -c '^FAIL 15_' "$log/matrix15-$1.log") FAIL"
-  wait $!
-  stage "  sanitize step 15 $1: $(grep -c '^PASS' "$log/sanitize15-$1.log") PASS $(grep -c '^FAIL' "$log/sanitize15-$1.log") FAIL"
-  local failed; failed=$(cat "$log/matrix15-$1.log" "$log/sanitize15-$1.log" | grep -c '^FAIL')
-  gzip -f "$log/matrix15-$1.log" "$log/sanitize15-$1.log"
-  [ "$failed" = 0 ]
-}
 picked=main
 for what in "$@"; do
   name=${what#*=}; name=${name%%:*}; [ "$name" = picked ] && name=$picked
@@ -56,15 +49,9 @@ for what in "$@"; do
       stage "verify $name: exit $?: $(tail -n 1 "$log/scratch-$name.log")"
       grep -E '^(FAIL|SKIP)|verify_wgmma_backward' "$log/scratch-$name.log" | head -n 40 | tee -a "$log/progress.txt" ;;
     check=*)
-      check15 "$name" "$tree" || { stage "check $name failed: stopping"; break; } ;;
+      check_step 15 "$name" || { stage "check $name failed: stopping"; break; } ;;
     ab=*)
-      main_tree=$(copy_of main)
-      (cd "$tree" && bash tools/ab.sh "$log/ab15-$name.csv" 3 "backward --backward" main="$main_tree/build/step15/fa2" new="build/step15/fa2") \
-        >"$log/ab15-$name.log" 2>&1
-      stage "ab step 15 $name: exit $?"; grep -A40 '^medians' "$log/ab15-$name.log" | tee -a "$log/progress.txt"
-      # the backward rows' medians, added up per contender (columns main, new)
-      if grep -A40 '^medians' "$log/ab15-$name.log" | awk '/ bwd / { m += $(NF-1); n += $NF; k++ } END { exit !(k == 6 && n <= m) }'; then
-        picked=$name; fi
+      if ab_no_slower 15 "$name" "backward --backward"; then picked=$name; fi
       stage "  picked: $picked" ;;
     profile=*)
       # shellcheck disable=SC2086
@@ -86,16 +73,10 @@ for what in "$@"; do
       gzip -f "$log/test-$name.log"
       if [ $rc != 0 ] && [ "$name" != main ]; then
         picked=main; stage "  picked: main (make test failed on $name)"
-        check15 main "$(copy_of main)" || { stage "check main failed: stopping"; break; }
+        check_step 15 main || { stage "check main failed: stopping"; break; }
       fi ;;
     compare=*)
-      set=${what##*:}
-      (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
-        PYTHONUNBUFFERED=1 make -s compare SHAPES="$set") >"$log/compare-$set-$name.log" 2>&1
-      stage "compare $set $name: exit $?"
-      mkdir -p "$log/$set-$name"
-      cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$log/$set-$name/" 2>/dev/null
-      gzip -f "$log/compare-$set-$name.log" ;;
+      compare_set "$name" "${what##*:}" ;;
     conflicts=*)
       # shellcheck disable=SC2086
       (cd "$tree" && ncu --clock-control none --kernel-name regex:fa2_bwd_kernel --launch-count 1 \

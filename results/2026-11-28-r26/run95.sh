@@ -11,9 +11,9 @@
 #                     (ab_no_slower); NAME is "picked" from here on if it is no slower
 #   test=NAME         make test in NAME's copy (every step's GPU matrix and sanitizer, the
 #                     scratch verifiers, torch on the GPU)
-#   compare=NAME:SET  make compare SHAPES=SET in NAME's copy, its CSVs into LOGDIR/SET-NAME, with
-#                     the GPU's SM clock, power, temperature and clock-event reasons sampled every
-#                     200 ms beside it (LOGDIR/clocks-SET-NAME.csv.gz)
+#   compare=NAME:SET  make compare SHAPES=SET in NAME's copy (compare_set in tools/tree_copy.sh: its
+#                     CSVs into LOGDIR/SET-NAME, the GPU's SM clock, power, temperature and
+#                     clock-event reasons sampled every 200 ms beside it)
 #   profile14=NAME    Nsight Compute on step 14's main kernel at B4 H16 N4096 d128 fp16: its time and
 #                     its shared-load bank conflicts (27.5 M in run 91, H100)
 #   profile13=NAME    Nsight Compute on step 13's kernels (the split kernel with its merge, one
@@ -42,10 +42,6 @@ cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
 run_start "${1:?usage: run95.sh LOGDIR STAGE...}"; shift
 ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
-# nvidia-smi's name for the reasons the clock is held down (clocks_event_reasons since driver
-# 535, clocks_throttle_reasons before); only read, never set
-reasons=clocks_event_reasons.active
-nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
 picked=main
 for what in "$@"; do
   name=${what#*=}; name=${name%%:*}; [ "$name" = picked ] && name=$picked
@@ -69,19 +65,7 @@ for what in "$@"; do
       grep -E '^(FAIL|SKIP)' "$log/test-$name.log" | head -n 20 | tee -a "$log/progress.txt"
       gzip -f "$log/test-$name.log" ;;
     compare=*:*)
-      set=${what##*:}
-      nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv -lms 200 \
-        >"$log/clocks-$set-$name.csv" 2>&1 &
-      sampler=$!
-      (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&
-        PYTHONUNBUFFERED=1 make -s compare SHAPES="$set") >"$log/compare-$set-$name.log" 2>&1
-      rc=$?
-      kill $sampler 2>/dev/null
-      stage "compare $set $name: exit $rc; SM clock (MHz) min/median/max: $(awk -F', ' 'NR > 1 && $2 + 0 > 0 { print $2 + 0 }' \
-        "$log/clocks-$set-$name.csv" | sort -n | awk '{ v[NR] = $1 } END { if (NR) print v[1] "/" v[int((NR + 1) / 2)] "/" v[NR]; else print "none" }')"
-      mkdir -p "$log/$set-$name"
-      cp "$tree"/results/compare-*.csv "$tree"/results/ceiling-*.csv "$tree"/results/bandwidth-*.csv "$log/$set-$name/" 2>/dev/null
-      gzip -f "$log/compare-$set-$name.log" "$log/clocks-$set-$name.csv" ;;
+      compare_set "$name" "${what##*:}" ;;
     profile14=*)
       # shellcheck disable=SC2086
       (cd "$tree" && KERNEL_REGEX=fa2_bwd_kernel bash tools/profile.sh build/step14/fa2 --batch 4 --heads 16 --seqlen 4096 --dim 128 --backward) \
