@@ -25,13 +25,18 @@ tree_copy() {
 # makes LOGDIR (kept in $log) and writes its first line: stage TEXT prints TEXT with the time
 # and appends it to LOGDIR/progress.txt; copy_of NAME is the built copy build/tree-NAME of the
 # work tree with overlay NAME laid over it (NAME main: none), made once.
+# On a host of several GPUs, RUN_GPU=N gives the run GPU N alone: CUDA_VISIBLE_DEVICES=N for
+# everything it starts, nvidia-smi reading that GPU, and copies of its own (build/gpuN/tree-NAME),
+# so that runs on other GPUs of the host never build, test or compare in the same copy.
 run_start() {
   log=$(realpath -m "$1")
   mkdir -p "$log"
-  stage "start on $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
+  gpu=${RUN_GPU:-0}
+  if [ -n "${RUN_GPU:-}" ]; then export CUDA_VISIBLE_DEVICES=$gpu; trees=build/gpu$gpu/tree; else trees=build/tree; fi
+  stage "start on $(nvidia-smi -i "$gpu" --query-gpu=index,name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader)"
 }
 stage() { echo "$(date -u +%T) $*" | tee -a "$log/progress.txt"; }
-copy_of() { tree_copy "$PWD/build/tree-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"; }
+copy_of() { tree_copy "$PWD/$trees-$1" "$log/build-$1.log" "$([ "$1" = main ] || echo "$1")"; }
 
 # check_step NN NAME: step NN's GPU matrix and compute-sanitizer (at once) in NAME's copy, their
 # logs gzipped into LOGDIR; fails on any FAIL line.
@@ -70,8 +75,8 @@ compare_set() {
   local name=$1 set=$2 tree sampler rc reasons=clocks_event_reasons.active
   tree=$(copy_of "$name") || return 3
   # clocks_event_reasons since driver 535, clocks_throttle_reasons before
-  nvidia-smi --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
-  nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv -lms 200 \
+  nvidia-smi -i "$gpu" --query-gpu=$reasons --format=csv,noheader >/dev/null 2>&1 || reasons=clocks_throttle_reasons.active
+  nvidia-smi -i "$gpu" --query-gpu=timestamp,clocks.sm,clocks.mem,power.draw,temperature.gpu,$reasons --format=csv -lms 200 \
     >"$log/clocks-$set-$name.csv" 2>&1 &
   sampler=$!
   (cd "$tree" && rm -f results/compare-*.csv results/ceiling-*.csv results/bandwidth-*.csv &&

@@ -6,7 +6,7 @@
 #   check=NAME:NN     step NN's GPU matrix and compute-sanitizer in NAME's copy (check_step in
 #                     tools/tree_copy.sh), the planted bugs of step NN beside them
 #                     (MUTANT_STEPS=NN tests/mutants.sh, each stopping at its first FAIL); a FAIL
-#                     in the matrix or the sanitizer stops the run
+#                     in the matrix or the sanitizer keeps NAME from being picked
 #   ab=NAME:NN        tools/ab.sh, 3 rounds, main's step NN against NAME's at the backward set
 #                     (ab_no_slower); NAME is "picked" from here on if it is no slower
 #   test=NAME         make test in NAME's copy (every step's GPU matrix and sanitizer, the
@@ -27,7 +27,8 @@
 #   git switch -c wip/28-dq-half-rows && git apply --index results/2026-11-28-r26/dq-half-rows.patch &&
 #     git commit -m "Step 14: dQ read back in half rows at d128" && git switch main
 #   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-dq-pairs wip/28-dq-half-rows
-# then on the GPU machine, in a process session of its own (a call's end kills the others):
+# then on the GPU machine, in a process session of its own (a call's end kills the others), or
+# on a host of several GPUs one run per GPU through on_gpus.sh beside this script:
 #   mkdir -p build && setsid nohup bash results/2026-11-28-r26/run95.sh build/run95 STAGE... >build/run95.out 2>&1 </dev/null &
 # The order for an H200, about 25 minutes (check 3, ab 2, test 13, backward 6, profile 1), the
 # decode compare (12) last, for the minutes that are left or the next machine:
@@ -42,7 +43,7 @@ cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
 run_start "${1:?usage: run95.sh LOGDIR STAGE...}"; shift
 ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
-picked=main
+picked=main failing=
 for what in "$@"; do
   name=${what#*=}; name=${name%%:*}; [ "$name" = picked ] && name=$picked
   tree=$(copy_of "$name") || { stage "$what: no tree for $name: stopping"; break; }
@@ -55,8 +56,9 @@ for what in "$@"; do
       wait $mutants
       stage "  mutants of step $id $name: $(grep -c '^PASS' "$log/mutants$id-$name.log") caught, $(grep -c '^FAIL' "$log/mutants$id-$name.log") FAIL"
       grep '^FAIL' "$log/mutants$id-$name.log" | tee -a "$log/progress.txt"
-      [ $failed = 0 ] || { stage "check $name failed: stopping"; break; } ;;
+      [ $failed = 0 ] || { failing="$failing $name"; stage "check $name failed: it cannot be picked"; } ;;
     ab=*:*)
+      case " $failing " in *" $name "*) stage "ab $name: skipped, its check failed"; continue ;; esac
       if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name; fi
       stage "  picked: $picked" ;;
     test=*)
