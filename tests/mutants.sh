@@ -9,7 +9,7 @@
 # 14, the backward: D = rowsum(dO * O) missing half its products, the dQ atomics of a lane's
 # second row dropped, the staged dQ's last reduction of each warp dropped, the causal limit of dK, dV and dQ one key short;
 # or 15, the backward on wgmma: D half its products, LSE not in log2 units, the causal limit one
-# query late, both consumers' dQ parts added onto the first, dQ's even and odd columns swapped, dS
+# query late, both consumers' dQ parts added onto the first, the two columns of a dQ pair swapped, dS
 # stored with its two 8-key halves swapped) with one planted
 # bug (named in its fa2_name), built by `make variant`; each runs through build/tests/gpu_matrix in a
 # process of its own (a mutant that writes far out of bounds ends its process with an
@@ -61,7 +61,7 @@ mutants=(
   "15|wgbwd_lse_not_log2|p.lse[bh * p.seqlen_q + i] * LOG2E|p.lse[bh * p.seqlen_q + i]"
   "15|wgbwd_causal_off_by_one|vis_lo[r] = p.causal ? keys[r] - shift - m0 - 2 * tq : INT_MIN;|vis_lo[r] = p.causal ? keys[r] - shift - m0 - 2 * tq + 1 : INT_MIN;"
   "15|wgbwd_dq_parts_onto_one|bulk_reduce_add_f32(dq_tile + c * DQ_PART|bulk_reduce_add_f32(dq_tile + 0 * DQ_PART"
-  "15|wgbwd_dq_odd_even_swapped|pack2<T>(even.x * s, odd.x * s)|pack2<T>(odd.x * s, even.x * s)"
+  "15|wgbwd_dq_pair_swapped|pack2<T>(lo.x * s, lo.y * s)|pack2<T>(lo.y * s, lo.x * s)"
   "15|wgbwd_ds_key_halves_swapped|st_chunk = 2 * warp + lane / 8 % 2;|st_chunk = 2 * warp + lane / 16 % 2;"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then

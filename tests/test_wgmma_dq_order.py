@@ -9,10 +9,11 @@ register 4 nt + e. Checks:
     every dS[query][key] of the step's tile once, at the slab swizzle TMA writes (slab key / 64,
     row query, 16-byte chunk (key % 64 / 8) ^ (query % 8)); the instruction that stores them,
     stmatrix.x4.trans, and its banks: scratch/backward_wgmma --check;
-  - dQ's staging: each consumer's 64 x 64 part in fragment order (register r of thread t at
-    r x 128 + t) covers the step's BLOCK_M x D once (the rows split at d64, the columns at d128);
-  - the convert kernel: for every row and 8-column chunk, its two float4 reads (even columns, then
-    odd 128 floats on) are 16-byte aligned and land on exactly the staged elements.
+  - dQ's staging: each consumer's 64 x 64 part in pair order (registers 2q and 2q + 1 of thread t,
+    one 8-byte store at q x 256 + 2t) covers the step's BLOCK_M x D once (the rows split at d64,
+    the columns at d128), and a warp's store per q is 256 contiguous bytes;
+  - the convert kernel: for every row and 8-column chunk, its two float4 reads (the quad's four
+    pairs, side by side) are 16-byte aligned and land on exactly the staged elements, in order.
 Prints one PASS or FAIL line per case.
 usage: python3 tests/test_wgmma_dq_order.py
 """
@@ -58,21 +59,26 @@ def dq_order(D, BM):
         for t in range(WG):
             for reg in range(PART_COLS // 2):
                 r, col = acc_coord(t, reg)
-                where[(c * row0_step + r, c * col0_step + col)] = c * PART + reg * WG + t
+                where[(c * row0_step + r, c * col0_step + col)] = c * PART + reg // 2 * 2 * WG + 2 * t + reg % 2
     if len(where) != BM * D or sorted(where.values()) != list(range(BM * D)):
         return "the parts do not cover the step's dQ once"
+    for c in range(2):  # warp 0's store of pair q: lanes 0..31 at 32 consecutive 8-byte places
+        for q in range(PART_COLS // 4):
+            spots = sorted(c * PART + q * 2 * WG + 2 * t for t in range(32))
+            if spots != list(range(spots[0], spots[0] + 64, 2)):
+                return f"consumer {c} pair {q}: warp 0's stores are not 256 contiguous bytes"
     for r in range(BM):
         for col0 in range(0, D, 8):
             part = r // 64 if row0_step else col0 // PART_COLS
             part_row, part_col = r % 64, col0 % PART_COLS
             thread = part_row // 16 * 32 + part_row % 8 * 4
-            acc = part_col // 8 * 4 + part_row % 16 // 8 * 2
-            at = part * PART + acc * WG + thread
+            pair = part_col // 8 * 2 + part_row % 16 // 8
+            at = part * PART + pair * 2 * WG + 2 * thread
             if at % 4:
                 return f"row {r} chunk {col0}: float {at} not 16-byte aligned"
             for k in range(8):
-                if where[(r, col0 + k)] != at + k // 2 + (WG if k % 2 else 0):
-                    return f"dQ[{r}][{col0 + k}] staged at {where[(r, col0 + k)]}, read at {at + k // 2 + (WG if k % 2 else 0)}"
+                if where[(r, col0 + k)] != at + k:
+                    return f"dQ[{r}][{col0 + k}] staged at {where[(r, col0 + k)]}, read at {at + k}"
     return ""
 
 
@@ -81,6 +87,6 @@ for D, BM in ((64, 128), (128, 64)):
     report(not why, f"d{D} ({BM} queries): both consumers' dS elements fill the [{BM}][128] tile once at TMA's slab "
            "swizzle", why)
     why = dq_order(D, BM)
-    report(not why, f"d{D} ({BM} queries): the two 64 x 64 dQ parts in fragment order cover the step once, and the "
-           "convert kernel's two float4 per 8 columns read them back", why)
+    report(not why, f"d{D} ({BM} queries): the two 64 x 64 dQ parts in pair order cover the step once, a warp's "
+           "8-byte stores 256 contiguous bytes, and the convert kernel's two float4 per 8 columns read them back", why)
 sys.exit(1 if failures else 0)

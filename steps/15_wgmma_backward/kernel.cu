@@ -53,8 +53,8 @@
  *
  * dQ. Each step's dQ (BLOCK_M x D) is two 64 x 64 fp32 parts, one per consumer: at d64 the
  * consumers split its rows, at d128 its columns (consumer c's K descriptor starts at slab c).
- * A part is stored to shared memory in fragment order (accumulator r of thread t at r x 128 + t:
- * conflict-free) and reduce-added as 16 contiguous KB (cp.reduce.async.bulk .add.f32: the adds
+ * A part is stored to shared memory in pair order (accumulators 2q and 2q + 1 of thread t, two
+ * neighbouring columns of one row, as one 8-byte store at q x 256 + 2t: conflict-free) and reduce-added as 16 contiguous KB (cp.reduce.async.bulk .add.f32: the adds
  * happen at L2, one instruction of one thread per part, where step 14's staged dQ takes 64
  * warp-wide red.global.add.v4.f32 per 64 x 128 step). So the workspace holds dQ in that tile
  * order, per query block, and the convert kernel reads it back from there
@@ -963,7 +963,7 @@ struct BwdTile {
     static constexpr uint32_t Q = V + BWD_BLOCK_N * D * 2;            // [STAGES][D / 64][BLOCK_M][64]
     static constexpr uint32_t DO = Q + BWD_STAGES * Q_TILE;           // [STAGES][D / 64][BLOCK_M][64]
     static constexpr uint32_t DS = DO + BWD_STAGES * Q_TILE;          // [STAGES][2][BLOCK_M][64]: dS [query][key]
-    static constexpr uint32_t DQ = DS + BWD_STAGES * DS_TILE;         // [CONSUMERS][DQ_PART] fp32, fragment order
+    static constexpr uint32_t DQ = DS + BWD_STAGES * DS_TILE;         // [CONSUMERS][DQ_PART] fp32, pair order
     static constexpr uint32_t LSE = DQ + BWD_CONSUMERS * DQ_PART * 4;  // [STAGES][BLOCK_M] fp32: LSE log2 e
     static constexpr uint32_t DD = LSE + BWD_STAGES * BLOCK_M * 4;    // [STAGES][BLOCK_M] fp32: D
     static constexpr uint32_t BARRIERS = DD + BWD_STAGES * BLOCK_M * 4;  // kv_full, then q_full, do_full, q_empty, do_empty [STAGES]
@@ -975,8 +975,8 @@ struct BwdTile {
 
 // The workspace: dQ's fp32 accumulator [partials][batch * heads_q][rows_pad][D] (one partial,
 // or one per split in the deterministic mode), each query block's BLOCK_M x D of it stored as
-// the two consumers' 64 x 64 parts in the order their bulk reduce-add writes (fragment order:
-// accumulator r of consumer thread t at r x 128 + t), which the convert kernel undoes; then
+// the two consumers' 64 x 64 parts in the order their bulk reduce-add writes (pair order:
+// accumulators 2q and 2q + 1 of consumer thread t at q x 256 + 2t), which the convert kernel undoes; then
 // LSE log2 e and D, [batch * heads_q][rows_pad] each. rows_pad is seqlen_q rounded up to 128,
 // so every block's LSE, D and dQ are whole 16-byte-aligned runs for the bulk copies, and the
 // rows past seqlen_q of a block land in padding that nothing reads (their dS is 0 anyway).
@@ -1331,15 +1331,17 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
         // not been ordered to finish reading.
         mbarrier_arrive(q_empty + stage * 8);
         mbarrier_arrive(do_empty + stage * 8);
-        // The part into the staging buffer in fragment order (accumulator r of thread t at
-        // r x 128 + t: a warp's 32 stores per r are 128 contiguous bytes, no bank conflict) once
-        // the producer's warp 1 has read the previous step's, then hand it over.
+        // The part into the staging buffer in pair order (accumulators 2q and 2q + 1 of thread t,
+        // two neighbouring columns of one row, as one 8-byte store at q x 256 + 2t: a warp's 32
+        // stores per q are 256 contiguous bytes, two wavefronts with no bank conflict, and half
+        // the store instructions of one 4-byte store per accumulator) once the producer's warp 1
+        // has read the previous step's, then hand it over.
         if (s > 0) named_barrier_sync(BAR_DQ_EMPTY + c, WARPGROUP + 32);
-        float *dq_part = dq_smem + c * DQ_PART + t;
+        float2 *dq_part = reinterpret_cast<float2 *>(dq_smem + c * DQ_PART) + t;  // [32 pairs][WARPGROUP threads]
 #pragma unroll
         for (int dt = 0; dt < DQ_PART_COLS / MMA_N; dt++)
 #pragma unroll
-            for (int e = 0; e < 4; e++) dq_part[(dt * 4 + e) * WARPGROUP] = dq_acc[dt][e];
+            for (int h = 0; h < 2; h++) dq_part[(dt * 2 + h) * WARPGROUP] = make_float2(dq_acc[dt][2 * h], dq_acc[dt][2 * h + 1]);
         fence_proxy_async();
         named_barrier_arrive(BAR_DQ_FULL + c, WARPGROUP + 32);
     };
@@ -1371,9 +1373,9 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
 
 // Kernel 3: dQ = softmax_scale x the accumulated dS K, in the dtype at dq's strides, 8
 // elements (one 16-byte store) per thread, read back from the tile order the reduce-adds wrote:
-// columns 8 nt .. 8 nt + 7 of a part row are accumulators 4 nt + 2 hi (even columns) and + 1
-// (odd) of the 4 threads of one quad, 4 consecutive floats each. Deterministic: the sum of the
-// splits' partials that saw the row, in split order.
+// columns 8 nt .. 8 nt + 7 of a part row are pair 2 nt + hi (hi: the row is the fragment's
+// second 8) of the 4 threads of one quad, side by side: 8 consecutive floats, two float4.
+// Deterministic: the sum of the splits' partials that saw the row, in split order.
 template <typename T, int D>
 __global__ void __launch_bounds__(BWD_ROW_THREADS) bwd_convert_kernel(const BwdArgs a)
 {
@@ -1389,25 +1391,27 @@ __global__ void __launch_bounds__(BWD_ROW_THREADS) bwd_convert_kernel(const BwdA
         const int i = (int)(row % p.seqlen_q);
         const int64_t bh = row / p.seqlen_q;
         const int h = (int)(bh % p.heads_q), b = (int)(bh / p.heads_q);
-        // The part (consumer c) and its row and column; then the thread and accumulator that held them.
+        // The part (consumer c) and its row and column; then the first of the four threads (a
+        // quad) whose pairs hold the 8 columns, and the pair: the quad's pairs lie side by side,
+        // the 8 columns in order.
         const int r = i % BLOCK_M;
         const int part = L::DQ_ROW0_STEP ? r / WG_M : col / DQ_PART_COLS;
         const int part_row = r % WG_M, part_col = col % DQ_PART_COLS;
-        const int thread = part_row / MMA_M * 32 + part_row % 8 * 4, acc = part_col / MMA_N * 4 + part_row % MMA_M / 8 * 2;
-        const int64_t at = (bh * a.rows_pad + i - r) * D + part * DQ_PART + acc * WARPGROUP + thread;
+        const int thread = part_row / MMA_M * 32 + part_row % 8 * 4, pair = part_col / MMA_N * 2 + part_row % MMA_M / 8;
+        const int64_t at = (bh * a.rows_pad + i - r) * D + part * DQ_PART + pair * 2 * WARPGROUP + 2 * thread;
         // The partials whose key blocks' walks included row i's block: the one sum, or,
         // deterministic, the splits in order up to the first whose first key block (split x
         // starts at key block x) starts past it (causal: no later key block of it sees the row).
-        float4 even = make_float4(0.0f, 0.0f, 0.0f, 0.0f), odd = even;
+        float4 lo = make_float4(0.0f, 0.0f, 0.0f, 0.0f), hi = lo;  // columns col.. col + 3, col + 4.. col + 7
         for (int split = 0; split < a.dq_partials && bwd_first_query_block<BLOCK_M>(split * BWD_BLOCK_N, shift, p.causal) <= i / BLOCK_M; split++) {
             const float *part_ws = a.dq_ws + split * rows_total * D + at;
-            const float4 x = *reinterpret_cast<const float4 *>(part_ws), y = *reinterpret_cast<const float4 *>(part_ws + WARPGROUP);
-            even.x += x.x, even.y += x.y, even.z += x.z, even.w += x.w;
-            odd.x += y.x, odd.y += y.y, odd.z += y.z, odd.w += y.w;
+            const float4 x = *reinterpret_cast<const float4 *>(part_ws), y = *reinterpret_cast<const float4 *>(part_ws + 4);
+            lo.x += x.x, lo.y += x.y, lo.z += x.z, lo.w += x.w;
+            hi.x += y.x, hi.y += y.y, hi.z += y.z, hi.w += y.w;
         }
         const float s = p.softmax_scale;
-        const uint4 out = {pack2<T>(even.x * s, odd.x * s), pack2<T>(even.y * s, odd.y * s), pack2<T>(even.z * s, odd.z * s),
-                           pack2<T>(even.w * s, odd.w * s)};
+        const uint4 out = {pack2<T>(lo.x * s, lo.y * s), pack2<T>(lo.z * s, lo.w * s), pack2<T>(hi.x * s, hi.y * s),
+                           pack2<T>(hi.z * s, hi.w * s)};
         *reinterpret_cast<uint4 *>((uint16_t *)bp.dq + b * bp.dq_batch_stride + (int64_t)i * bp.dq_row_stride + h * bp.dq_head_stride + col) = out;
     }
 }
