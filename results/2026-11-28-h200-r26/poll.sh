@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Waits up to SECONDS for the runs under LOGROOT-g* to print "done", then packs their logs (not
 # the tree copies) into OUT/LOGROOT's name.tgz and prints each run's progress.
-# usage: bash results/2026-11-28-r26/poll.sh LOGROOT SECONDS OUT
+# usage: bash results/2026-11-28-h200-r26/poll.sh LOGROOT SECONDS OUT
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 root=$1 seconds=$2 out=$3

@@ -22,14 +22,14 @@
 #                     whole call's, where the 8-11 us over the bytes' time sit
 # Before the call, on this machine, from the repository root: the branches from the patches
 # beside this script, then their files as overlays (the device call must carry .ab-base):
-#   git switch -c wip/29-dq-pairs && git apply --index results/2026-11-28-r26/dq-pairs.patch &&
+#   git switch -c wip/29-dq-pairs && git apply --index results/2026-11-28-h200-r26/dq-pairs.patch &&
 #     git commit -m "Step 15: dQ staged in pairs" && git switch main
-#   git switch -c wip/28-dq-half-rows && git apply --index results/2026-11-28-r26/dq-half-rows.patch &&
+#   git switch -c wip/28-dq-half-rows && git apply --index results/2026-11-28-h200-r26/dq-half-rows.patch &&
 #     git commit -m "Step 14: dQ read back in half rows at d128" && git switch main
 #   bash results/2026-11-24-h100-r22/run89.sh --overlays wip/29-dq-pairs wip/28-dq-half-rows
 # then on the GPU machine, in a process session of its own (a call's end kills the others), or
 # on a host of several GPUs one run per GPU through on_gpus.sh beside this script:
-#   mkdir -p build && setsid nohup bash results/2026-11-28-r26/run95.sh build/run95 STAGE... >build/run95.out 2>&1 </dev/null &
+#   mkdir -p build && setsid nohup bash results/2026-11-28-h200-r26/run95.sh build/run95 STAGE... >build/run95.out 2>&1 </dev/null &
 # The order for an H200, about 25 minutes (check 3, ab 2, test 13, backward 6, profile 1), the
 # decode compare (12) last, for the minutes that are left or the next machine:
 #   check=wip-29-dq-pairs:15 ab=wip-29-dq-pairs:15 test=picked compare=picked:backward profile13=main compare=main:decode
@@ -37,7 +37,7 @@
 #   check=wip-28-dq-half-rows:14 ab=wip-28-dq-half-rows:14 profile14=main profile14=wip-28-dq-half-rows
 # To stop it early: kill the process group in LOGDIR/pgid (never a pattern that matches the
 # command line of the shell that runs the kill).
-# usage: bash results/2026-11-28-r26/run95.sh LOGDIR STAGE...
+# usage: bash results/2026-11-28-h200-r26/run95.sh LOGDIR STAGE...
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh

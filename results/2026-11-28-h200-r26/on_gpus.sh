@@ -3,7 +3,7 @@
 # (RUN_GPU in tools/tree_copy.sh: its own CUDA_VISIBLE_DEVICES, nvidia-smi reading, and copies
 # of the tree), each in a process session of its own, logging to LOGROOT-gN. Runs on other GPUs
 # share the host's CPUs and nothing on the GPU; the records say which ran beside which.
-# usage: bash results/2026-11-28-r26/on_gpus.sh LOGROOT "STAGES OF GPU 0" ["STAGES OF GPU 1" ...]
+# usage: bash results/2026-11-28-h200-r26/on_gpus.sh LOGROOT "STAGES OF GPU 0" ["STAGES OF GPU 1" ...]
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 root=${1:?usage: on_gpus.sh LOGROOT STAGES...}; shift
@@ -11,7 +11,7 @@ n=0
 for stages in "$@"; do
   mkdir -p "$root-g$n"
   # shellcheck disable=SC2086
-  RUN_GPU=$n setsid nohup bash results/2026-11-28-r26/run95.sh "$root-g$n" $stages >"$root-g$n.out" 2>&1 </dev/null &
+  RUN_GPU=$n setsid nohup bash results/2026-11-28-h200-r26/run95.sh "$root-g$n" $stages >"$root-g$n.out" 2>&1 </dev/null &
   n=$((n + 1))
 done
 echo "started $n runs: $root-g0 .. $root-g$((n - 1))"
