@@ -66,7 +66,7 @@ help:
 	@echo "make step=NN run [ARGS=...]   check and time one step (ARGS: see build/stepNN/fa2 --help)"
 	@echo "make step=NN diff             what step NN changed since the step before it"
 	@echo "make step=NN info             registers, shared memory, spills, SASS mix (HMMA, LDSM, LDGSTS, MUFU...)"
-	@echo "make step=NN profile [ARGS=] [KERNELS=2]  Nsight Compute on one launch (or the first N kernels): tensor pipe, issue, stalls, bank conflicts"
+	@echo "make step=NN profile [ARGS=] [KERNELS=2] [SKIP=3]  Nsight Compute on one launch (or the first N kernels; SKIP: after 3 calls): tensor pipe, issue, stalls, bank conflicts"
 	@echo "make step=NN sanitize         compute-sanitizer memcheck, racecheck, synccheck, initcheck"
 	@echo "make step=NN variant NAME=X [DEFINES=-D...] [SRC=FILE]  a rebuilt copy in build/variants/X (sweeps, tests)"
 	@echo "make compare [SHAPES=all] [ROUNDS=3]  the steps, the cuBLAS baseline and torch SDPA in rounds: the tables"
@@ -116,7 +116,7 @@ info: check-step
 
 profile: check-step
 	@$(MAKE) -s $(BUILD)/step$(step)/fa2
-	@KERNELS=$(or $(KERNELS),1) bash tools/profile.sh $(BUILD)/step$(step)/fa2 $(ARGS)
+	@KERNELS=$(or $(KERNELS),1) SKIP=$(or $(SKIP),0) bash tools/profile.sh $(BUILD)/step$(step)/fa2 $(ARGS)
 
 sanitize: check-step
 	@$(MAKE) -s $(BUILD)/step$(step)/fa2

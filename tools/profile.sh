@@ -10,6 +10,9 @@
 #   KERNEL_REGEX=RE profiles only the kernels whose names match RE (another program's kernel:
 #   BINARY may be a script that takes the harness's --iters, --warmup and --check, as
 #   reference/sdpa.py does).
+#   SKIP=N runs the call N times before the profiled one (the harness's --warmup; ncu's
+#   --launch-skip counts N x KERNELS matching launches): a warm launch rather than the first.
+#   Nsight Compute still flushes the caches before the profiled kernel.
 set -uo pipefail
 bin=$1; shift
 NCU=${NCU:-$(command -v ncu || true)}
@@ -40,7 +43,7 @@ for r in wait short_scoreboard long_scoreboard barrier math_pipe_throttle mio_th
 done
 out=$(mktemp)
 # --clock-control none: measure the GPU at the clocks it runs at, never pin or change them.
-"$NCU" --clock-control none ${KERNEL_REGEX:+--kernel-name "regex:$KERNEL_REGEX"} --launch-count "${KERNELS:-1}" --metrics "$metrics" --csv "$bin" --iters 1 --warmup 0 --check off "$@" >"$out" 2>&1
+"$NCU" --clock-control none ${KERNEL_REGEX:+--kernel-name "regex:$KERNEL_REGEX"} --launch-skip $((${SKIP:-0} * ${KERNELS:-1})) --launch-count "${KERNELS:-1}" --metrics "$metrics" --csv "$bin" --iters 1 --warmup "${SKIP:-0}" --check off "$@" >"$out" 2>&1
 rc=$?
 if grep -q "ERR_NVGPUCTRPERM" "$out"; then
   echo "error: ncu may not read the GPU's performance counters here (ERR_NVGPUCTRPERM): run as root or allow profiling for all users"; rm -f "$out"; exit 2
