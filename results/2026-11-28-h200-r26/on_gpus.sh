@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Run 95 spread over the GPUs of one host: one run95.sh per argument, the Nth on GPU N
+# A run spread over the GPUs of one host: one run95.sh (or RUN_SCRIPT, a script beside this
+# one that takes LOGDIR STAGE...) per argument, the Nth on GPU N
 # (RUN_GPU in tools/tree_copy.sh: its own CUDA_VISIBLE_DEVICES, nvidia-smi reading, and copies
 # of the tree), each in a process session of its own, logging to LOGROOT-gN. Runs on other GPUs
 # share the host's CPUs and nothing on the GPU; the records say which ran beside which.
@@ -11,7 +12,7 @@ n=0
 for stages in "$@"; do
   mkdir -p "$root-g$n"
   # shellcheck disable=SC2086
-  RUN_GPU=$n setsid nohup bash results/2026-11-28-h200-r26/run95.sh "$root-g$n" $stages >"$root-g$n.out" 2>&1 </dev/null &
+  RUN_GPU=$n setsid nohup bash "results/2026-11-28-h200-r26/${RUN_SCRIPT:-run95.sh}" "$root-g$n" $stages >"$root-g$n.out" 2>&1 </dev/null &
   n=$((n + 1))
 done
 echo "started $n runs: $root-g0 .. $root-g$((n - 1))"
