@@ -8,7 +8,8 @@
 #                     (MUTANT_STEPS=NN tests/mutants.sh, each stopping at its first FAIL); a FAIL
 #                     in the matrix or the sanitizer keeps NAME from being picked
 #   ab=NAME:NN        tools/ab.sh, 3 rounds, main's step NN against NAME's at the backward set
-#                     (ab_no_slower); NAME is "picked" from here on if it is no slower
+#                     (ab_no_slower); NAME is "picked" from here on if it is no slower, and stays
+#                     picked while its later A/Bs are no slower either
 #   test=NAME         make test in NAME's copy (every step's GPU matrix and sanitizer, the
 #                     scratch verifiers, torch on the GPU)
 #   compare=NAME:SET  make compare SHAPES=SET in NAME's copy (compare_set in tools/tree_copy.sh: its
@@ -19,7 +20,13 @@
 #   profile13=NAME    Nsight Compute on step 13's kernels (the split kernel with its merge, one
 #                     launch) at the two decode shapes under 85% of the bandwidth, B1 Hq32 Hkv8
 #                     Nk32768 and B2 Hq8 Hkv1 Nk131072 (bf16 d128): the kernel's time against the
-#                     whole call's, where the 8-11 us over the bytes' time sit
+#                     whole call's, where the 8-11 us over the bytes' time sit (run 95: the first,
+#                     cold launch)
+#   profile13warm=NAME the same after three calls (SKIP=3): a warm launch
+#   stages13=NAME     step 13 rebuilt with other key tiles and stages (make variant: three stages
+#                     of 128 keys, 197 KB; four of 64 keys, the same 128 KB as now), each
+#                     variant's GPU matrix, then tools/ab.sh, 3 rounds, at the decode set against
+#                     NAME's step 13 (two stages of 128 keys at d128, four at d64)
 # Before the call, on this machine, from the repository root: the branches from the patches
 # beside this script, then their files as overlays (the device call must carry .ab-base):
 #   git switch -c wip/29-dq-pairs && git apply --index results/2026-11-28-h200-r26/dq-pairs.patch &&
@@ -58,8 +65,10 @@ for what in "$@"; do
       grep '^FAIL' "$log/mutants$id-$name.log" | tee -a "$log/progress.txt"
       [ $failed = 0 ] || { failing="$failing $name"; stage "check $name failed: it cannot be picked"; } ;;
     ab=*:*)
-      case " $failing " in *" $name "*) stage "ab $name: skipped, its check failed"; continue ;; esac
-      if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name; fi
+      # a branch is picked only while none of its checks failed and none of its A/Bs was slower
+      case " $failing " in *" $name "*) stage "ab $name: skipped, one of its checks or A/Bs failed"; continue ;; esac
+      if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name
+      else failing="$failing $name"; [ "$picked" = "$name" ] && picked=main; fi
       stage "  picked: $picked" ;;
     test=*)
       (cd "$tree" && make -s test) >"$log/test-$name.log" 2>&1
@@ -83,7 +92,31 @@ for what in "$@"; do
           >"$log/profile13-$tag-$name.log" 2>&1
         stage "profile step 13 $tag $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13-$tag-$name.log" | tr -s ' ')"
       done ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, test=NAME, compare=NAME:SET, profile13=NAME, profile14=NAME)" ;;
+    profile13warm=*)
+      for shape in "--batch 1 --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 32768" \
+                   "--batch 2 --heads 8 --kv-heads 1 --seqlen-q 1 --seqlen-k 131072"; do
+        tag=$(echo "$shape" | awk '{ print "b" $2 "-nk" $10 }')
+        # shellcheck disable=SC2086
+        (cd "$tree" && SKIP=3 KERNEL_REGEX=fa2_split bash tools/profile.sh build/step13/fa2 $shape --dim 128 --dtype bf16) \
+          >"$log/profile13warm-$tag-$name.log" 2>&1
+        stage "profile step 13 $tag $name (warm): exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13warm-$tag-$name.log" | tr -s ' ')"
+      done ;;
+    stages13=*)
+      contenders="main=build/step13/fa2"
+      for v in "s3 -DFA2_SWEEP_BLOCK_N=128 -DFA2_SWEEP_STAGES=3" "n64s4 -DFA2_SWEEP_BLOCK_N=64 -DFA2_SWEEP_STAGES=4"; do
+        vname=${v%% *} defines=${v#* }
+        (cd "$tree" && make -s step=13 variant NAME="$vname" DEFINES="$defines" &&
+          build/tests/gpu_matrix "build/variants/$vname/libfa2.so") >"$log/matrix13-$vname.log" 2>&1
+        rc=$?
+        stage "step 13 $vname ($defines): exit $rc: $(grep -c '^PASS' "$log/matrix13-$vname.log") PASS $(grep -c '^FAIL' "$log/matrix13-$vname.log") FAIL"
+        # timed only if its matrix ran to the end and failed nothing
+        [ $rc = 0 ] && ! grep -q '^FAIL' "$log/matrix13-$vname.log" && contenders+=" $vname=build/variants/$vname/fa2"
+        gzip -f "$log/matrix13-$vname.log"
+      done
+      # shellcheck disable=SC2086
+      (cd "$tree" && bash tools/ab.sh "$log/ab13-stages.csv" 3 decode $contenders) >"$log/ab13-stages.log" 2>&1
+      stage "ab step 13 stages: exit $?"; grep -A60 '^medians' "$log/ab13-stages.log" | tee -a "$log/progress.txt" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME)" ;;
   esac
 done
 stage "done"
