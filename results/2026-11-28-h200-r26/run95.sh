@@ -10,6 +10,9 @@
 #   ab=NAME:NN        tools/ab.sh, 3 rounds, main's step NN against NAME's at the backward set
 #                     (ab_no_slower); NAME is "picked" from here on if it is no slower, and stays
 #                     picked while its later A/Bs are no slower either
+#   await=LOGDIR:NAME waits (30 minutes at most) for the run logging to LOGDIR to give its verdict
+#                     on NAME (its ab stage's "picked" line): NAME stays picked here only if it
+#                     was picked there too (the A/Bs of one branch split over two GPUs)
 #   test=NAME         make test in NAME's copy (every step's GPU matrix and sanitizer, the
 #                     scratch verifiers, torch on the GPU)
 #   compare=NAME:SET  make compare SHAPES=SET in NAME's copy (compare_set in tools/tree_copy.sh: its
@@ -52,6 +55,14 @@ run_start "${1:?usage: run95.sh LOGDIR STAGE...}"; shift
 ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
 picked=main failing=
 for what in "$@"; do
+  case $what in
+    await=*:*)  # another run's verdict on a branch (its ab stages) joins this run's
+      other=${what#await=}; other_log=${other%:*}; who=${other##*:}
+      for _ in $(seq 180); do grep -qE ' picked: | done$' "$other_log/progress.txt" 2>/dev/null && break; sleep 10; done
+      if grep -qE " picked: $who\$" "$other_log/progress.txt" 2>/dev/null; then stage "await $other_log: $who picked there too"
+      else failing="$failing $who"; [ "$picked" = "$who" ] && picked=main; stage "await $other_log: $who not picked there (or no verdict in 30 minutes): picked $picked"; fi
+      continue ;;
+  esac
   name=${what#*=}; name=${name%%:*}; [ "$name" = picked ] && name=$picked
   tree=$(copy_of "$name") || { stage "$what: no tree for $name: stopping"; break; }
   case $what in
@@ -66,7 +77,7 @@ for what in "$@"; do
       [ $failed = 0 ] || { failing="$failing $name"; stage "check $name failed: it cannot be picked"; } ;;
     ab=*:*)
       # a branch is picked only while none of its checks failed and none of its A/Bs was slower
-      case " $failing " in *" $name "*) stage "ab $name: skipped, one of its checks or A/Bs failed"; continue ;; esac
+      case " $failing " in *" $name "*) stage "ab $name: skipped, one of its checks or A/Bs failed"; stage "  picked: $picked"; continue ;; esac
       if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name
       else failing="$failing $name"; [ "$picked" = "$name" ] && picked=main; fi
       stage "  picked: $picked" ;;
@@ -116,7 +127,7 @@ for what in "$@"; do
       # shellcheck disable=SC2086
       (cd "$tree" && bash tools/ab.sh "$log/ab13-stages.csv" 3 decode $contenders) >"$log/ab13-stages.log" 2>&1
       stage "ab step 13 stages: exit $?"; grep -A60 '^medians' "$log/ab13-stages.log" | tee -a "$log/progress.txt" ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME)" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME)" ;;
   esac
 done
 stage "done"
