@@ -27,7 +27,8 @@
 #                     cold launch)
 #   profile13warm=NAME the same after three calls (SKIP=3): a warm launch
 #   stages13=NAME     step 13 rebuilt with other key tiles and stages (make variant: three stages
-#                     of 128 keys, 197 KB; four of 64 keys, the same 128 KB as now), each
+#                     of 128 keys, 197 KB; four of 64 keys, the same 128 KB as now; six of 64
+#                     keys, 197 KB), each
 #                     variant's GPU matrix, then tools/ab.sh, 3 rounds, at the decode set against
 #                     NAME's step 13 (two stages of 128 keys at d128, four at d64)
 # Before the call, on this machine, from the repository root: the branches from the patches
@@ -114,7 +115,8 @@ for what in "$@"; do
       done ;;
     stages13=*)
       contenders="main=build/step13/fa2"
-      for v in "s3 -DFA2_SWEEP_BLOCK_N=128 -DFA2_SWEEP_STAGES=3" "n64s4 -DFA2_SWEEP_BLOCK_N=64 -DFA2_SWEEP_STAGES=4"; do
+      for v in "s3 -DFA2_SWEEP_BLOCK_N=128 -DFA2_SWEEP_STAGES=3" "n64s4 -DFA2_SWEEP_BLOCK_N=64 -DFA2_SWEEP_STAGES=4" \
+               "n64s6 -DFA2_SWEEP_BLOCK_N=64 -DFA2_SWEEP_STAGES=6"; do
         vname=${v%% *} defines=${v#* }
         (cd "$tree" && make -s step=13 variant NAME="$vname" DEFINES="$defines" &&
           build/tests/gpu_matrix "build/variants/$vname/libfa2.so") >"$log/matrix13-$vname.log" 2>&1
