@@ -10,9 +10,10 @@
 #   KERNEL_REGEX=RE profiles only the kernels whose names match RE (another program's kernel:
 #   BINARY may be a script that takes the harness's --iters, --warmup and --check, as
 #   reference/sdpa.py does).
-#   SKIP=N runs the call N times before the profiled one (the harness's --warmup; ncu's
-#   --launch-skip counts N x KERNELS matching launches): a warm launch rather than the first.
-#   Nsight Compute still flushes the caches before the profiled kernel.
+#   SKIP=N profiles a warm call rather than the first: the harness's first call and N - 1 of its
+#   N --warmup calls go by unprofiled (ncu's --launch-skip of N x KERNELS matching launches: exact
+#   when one call is KERNELS matching kernels, as a forward alone, or with KERNEL_REGEX naming one
+#   kernel). Nsight Compute still flushes the caches before the profiled kernel.
 set -uo pipefail
 bin=$1; shift
 NCU=${NCU:-$(command -v ncu || true)}
