@@ -28,9 +28,8 @@
 #   profile13warm=NAME the same after three calls (SKIP=3): a warm launch
 #   stages13=NAME     step 13 rebuilt with other key tiles and stages (make variant: three stages
 #                     of 128 keys, 197 KB; four of 64 keys, the same 128 KB as now; six of 64
-#                     keys, 197 KB), each
-#                     variant's GPU matrix, then tools/ab.sh, 3 rounds, at the decode set against
-#                     NAME's step 13 (two stages of 128 keys at d128, four at d64)
+#                     keys, 197 KB), each variant's GPU matrix, then tools/ab.sh, 3 rounds, at the
+#                     decode set against NAME's step 13 (two stages of 128 keys at d128, four at d64)
 # Before the call, on this machine, from the repository root: the branches from the patches
 # beside this script, then their files as overlays (the device call must carry .ab-base):
 #   git switch -c wip/29-dq-pairs && git apply --index results/2026-11-28-h200-r26/dq-pairs.patch &&
@@ -46,6 +45,8 @@
 #   check=wip-29-dq-pairs:15 ab=wip-29-dq-pairs:15 test=picked compare=picked:backward profile13=main compare=main:decode
 # and step 14's readback in half rows (6 minutes: check 3, ab 2, profile 1) on a later machine:
 #   check=wip-28-dq-half-rows:14 ab=wip-28-dq-half-rows:14 profile14=main profile14=wip-28-dq-half-rows
+# (Run 95 ran all of these on four GPUs at once; run 96's stages and command: the README beside
+# this script, "Next: run 96".)
 # To stop it early: kill the process group in LOGDIR/pgid (never a pattern that matches the
 # command line of the shell that runs the kill).
 # usage: bash results/2026-11-28-h200-r26/run95.sh LOGDIR STAGE...
