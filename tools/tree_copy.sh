@@ -61,10 +61,10 @@ ab_no_slower() {
   tree=$(copy_of "$name") && main_tree=$(copy_of main) || return 3
   (cd "$tree" && bash tools/ab.sh "$log/ab$id-$name.csv" 3 "$set" main="$main_tree/build/step$id/fa2" new="build/step$id/fa2") \
     >"$log/ab$id-$name.log" 2>&1
-  stage "ab step $id $name: exit $?"; grep -A40 '^medians' "$log/ab$id-$name.log" | tee -a "$log/progress.txt"
+  stage "ab step $id $name: exit $?"
   rows=$(case $set in *--backward*) echo ' bwd ' ;; *) echo ' ' ;; esac)
-  grep -A40 '^medians' "$log/ab$id-$name.log" | awk -v rows="$rows" 'NR > 2 && index($0, rows) { m += $(NF-1); n += $NF; k++ }
-    END { exit !(k > 0 && n <= m) }'
+  grep -A40 '^medians' "$log/ab$id-$name.log" | tee -a "$log/progress.txt" /dev/stderr |
+    awk -v rows="$rows" 'NR > 2 && index($0, rows) { m += $(NF-1); n += $NF; k++ } END { exit !(k > 0 && n <= m) }'
 }
 
 # compare_set NAME SET: make compare SHAPES=SET in NAME's copy, its CSVs into LOGDIR/SET-NAME,

@@ -56,13 +56,15 @@ cd "$(dirname "$0")/../.." || exit 2
 run_start "${1:?usage: run95.sh LOGDIR STAGE...}"; shift
 ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
 picked=main failing=
+# reject NAME: a failed check, a slower A/B or another run's verdict: NAME is picked no more
+reject() { failing="$failing $1"; [ "$picked" = "$1" ] && picked=main; }
 for what in "$@"; do
   case $what in
     await=*:*)  # another run's verdict on a branch (its ab stages) joins this run's
       other=${what#await=}; other_log=${other%:*}; who=${other##*:}
       for _ in $(seq 180); do grep -qE ' picked: | done$' "$other_log/progress.txt" 2>/dev/null && break; sleep 10; done
       if grep -qE " picked: $who\$" "$other_log/progress.txt" 2>/dev/null; then stage "await $other_log: $who picked there too"
-      else failing="$failing $who"; [ "$picked" = "$who" ] && picked=main; stage "await $other_log: $who not picked there (or no verdict in 30 minutes): picked $picked"; fi
+      else reject "$who"; stage "await $other_log: $who not picked there (or no verdict in 30 minutes): picked $picked"; fi
       continue ;;
   esac
   name=${what#*=}; name=${name%%:*}; [ "$name" = picked ] && name=$picked
@@ -76,12 +78,11 @@ for what in "$@"; do
       wait $mutants
       stage "  mutants of step $id $name: $(grep -c '^PASS' "$log/mutants$id-$name.log") caught, $(grep -c '^FAIL' "$log/mutants$id-$name.log") FAIL"
       grep '^FAIL' "$log/mutants$id-$name.log" | tee -a "$log/progress.txt"
-      [ $failed = 0 ] || { failing="$failing $name"; stage "check $name failed: it cannot be picked"; } ;;
+      [ $failed = 0 ] || { reject "$name"; stage "check $name failed: it cannot be picked"; } ;;
     ab=*:*)
       # a branch is picked only while none of its checks failed and none of its A/Bs was slower
       case " $failing " in *" $name "*) stage "ab $name: skipped, one of its checks or A/Bs failed"; stage "  picked: $picked"; continue ;; esac
-      if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name
-      else failing="$failing $name"; [ "$picked" = "$name" ] && picked=main; fi
+      if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name; else reject "$name"; fi
       stage "  picked: $picked" ;;
     test=*)
       (cd "$tree" && make -s test) >"$log/test-$name.log" 2>&1
@@ -96,23 +97,16 @@ for what in "$@"; do
         >"$log/profile14-$name.log" 2>&1
       stage "profile step 14 $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile14-$name.log" | tr -s ' ');$(grep -m 1 \
         'bank_conflicts_pipe_lsu_mem_shared_op_ld' "$log/profile14-$name.log" | tr -s ' ')" ;;
-    profile13=*)
+    profile13=* | profile13warm=*)
+      kind=${what%%=*} skip=$([ "${what%%=*}" = profile13warm ] && echo 3 || echo 0)
       for shape in "--batch 1 --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 32768" \
                    "--batch 2 --heads 8 --kv-heads 1 --seqlen-q 1 --seqlen-k 131072"; do
         tag=$(echo "$shape" | awk '{ print "b" $2 "-nk" $10 }')
         # shellcheck disable=SC2086
-        (cd "$tree" && KERNEL_REGEX=fa2_ bash tools/profile.sh build/step13/fa2 $shape --dim 128 --dtype bf16) \
-          >"$log/profile13-$tag-$name.log" 2>&1
-        stage "profile step 13 $tag $name: exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13-$tag-$name.log" | tr -s ' ')"
-      done ;;
-    profile13warm=*)
-      for shape in "--batch 1 --heads 32 --kv-heads 8 --seqlen-q 1 --seqlen-k 32768" \
-                   "--batch 2 --heads 8 --kv-heads 1 --seqlen-q 1 --seqlen-k 131072"; do
-        tag=$(echo "$shape" | awk '{ print "b" $2 "-nk" $10 }')
-        # shellcheck disable=SC2086
-        (cd "$tree" && SKIP=3 KERNEL_REGEX=fa2_split bash tools/profile.sh build/step13/fa2 $shape --dim 128 --dtype bf16) \
-          >"$log/profile13warm-$tag-$name.log" 2>&1
-        stage "profile step 13 $tag $name (warm): exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile13warm-$tag-$name.log" | tr -s ' ')"
+        (cd "$tree" && SKIP=$skip KERNEL_REGEX=fa2_ bash tools/profile.sh build/step13/fa2 $shape --dim 128 --dtype bf16) \
+          >"$log/$kind-$tag-$name.log" 2>&1
+        rc=$?
+        stage "profile step 13 $tag $name$([ "$skip" = 0 ] || echo ' (warm)'): exit $rc: $(grep -m 1 'gpu__time_duration.sum' "$log/$kind-$tag-$name.log" | tr -s ' ')"
       done ;;
     stages13=*)
       contenders="main=build/step13/fa2"
