@@ -63,6 +63,7 @@ mutants=(
   "15|wgbwd_dq_parts_onto_one|bulk_reduce_add_f32(dq_tile + c * DQ_PART|bulk_reduce_add_f32(dq_tile + 0 * DQ_PART"
   "15|wgbwd_dq_pair_swapped|pack2<T>(lo.x * s, lo.y * s)|pack2<T>(lo.y * s, lo.x * s)"
   "15|wgbwd_ds_key_halves_swapped|st_chunk = 2 * warp + lane / 8 % 2;|st_chunk = 2 * warp + lane / 16 % 2;"
+  "15|wgbwd_order_short_section|return {(int)(in_section / section_pairs),|return {(int)(in_section / BWD_ORDER_PAIRS),"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then
   kept=()

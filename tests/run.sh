@@ -71,6 +71,7 @@ run_program backward build/tests/test_backward
 run_program backward-fragments python3 tests/test_bwd_fragments.py
 run_program dq-staging python3 tests/test_dq_staging.py
 run_program wgmma-dq-order python3 tests/test_wgmma_dq_order.py
+run_program bwd-block-order python3 tests/test_bwd_block_order.py
 run_program checker build/tests/test_checker
 # every planted bug of tests/mutants.sh still finds its text in its step's kernel (no GPU)
 run_program mutant-texts bash tests/mutants.sh --texts
