@@ -57,6 +57,7 @@ mutants=(
   "14|bwd_dq_rows_hi_dropped|if (hi_in) atomicAdd(dq_hi + col|if (false) atomicAdd(dq_hi + col"
   "14|bwd_dq_staged_rows_dropped|for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG; i++)|for (int i = 0; i < DQ_READ_ROWS * D / DQ_SEG - 1; i++)"
   "14|bwd_causal_off_by_one|min(p.seqlen_k - 1, row + shift)|min(p.seqlen_k - 1, row + shift - 1)"
+  "14|bwd_order_short_section|return {(int)(in_section / section_pairs),|return {(int)(in_section / BWD_ORDER_PAIRS),"
   "15|wgbwd_wrong_d|acc = fmaf(x.x, y.x, fmaf(x.y, y.y, acc));|acc = fmaf(x.x, y.x, acc);"
   "15|wgbwd_lse_not_log2|p.lse[bh * p.seqlen_q + i] * LOG2E|p.lse[bh * p.seqlen_q + i]"
   "15|wgbwd_causal_off_by_one|vis_lo[r] = p.causal ? keys[r] - shift - m0 - 2 * tq : INT_MIN;|vis_lo[r] = p.causal ? keys[r] - shift - m0 - 2 * tq + 1 : INT_MIN;"

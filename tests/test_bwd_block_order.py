@@ -1,6 +1,8 @@
 #!/usr/bin/env python3
-"""Step 15's causal block order, without a GPU: the kernel's block_position mirrored (keep them in
-step: steps/15_wgmma_backward/kernel.cu), and the SMs' balance it buys, simulated.
+"""The backward's causal block order, without a GPU: block_position mirrored (keep it in step with
+steps/14_backward/kernel.cu and steps/15_wgmma_backward/kernel.cu, which hold the same function),
+and the SMs' balance it buys, simulated with step 15's tiles (step 14's on an H100 or H200: 128
+keys a block, 64 queries a step at d128, 128 at d64).
 
 The GPU starts a grid's blocks in the order of their linear index, x fastest. Causal, the main
 kernel's block (key block, kv head, batch) walks the query blocks from the first that sees its
@@ -21,7 +23,7 @@ usage: python3 tests/test_bwd_block_order.py [--simulate]
 import heapq
 import sys
 
-BWD_ORDER_PAIRS = 8      # the kernel's
+BWD_ORDER_PAIRS = 8      # the kernels'
 BLOCK_N = 128            # keys a block
 failures = 0
 

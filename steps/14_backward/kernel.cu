@@ -111,6 +111,9 @@
  * 0.69x torch's FA2 backward; docs/measurements/14_backward.md). What was missing was
  * mostly the dQ reductions' address pattern (dQ's reductions, above).
  *
+ * Causal order: a key block's walk is longer the earlier its keys, so the blocks start longest
+ * first across heads, not head after head (block_position, where the comment says why).
+ *
  * Registers: dK and dV take 128 fp32 per lane at d128 in either tile, S and dP 64 more
  * while dS is formed; at the 255 a thread may have, ptxas spills a little at d128 (CUDA
  * 13.0, the configurations each GPU runs: wide tile 4 bytes on sm_80; none on sm_86 and
@@ -912,6 +915,30 @@ __device__ __forceinline__ int first_query_block(int n0, int shift, int causal, 
     return causal ? max(0, n0 - shift) / block_m : 0;
 }
 
+// Causal, a key block's walk starts at the first query block that sees it, so key block 0 of a
+// head has the most steps and the last the fewest. The GPU starts blocks in the order of their
+// linear index (x fastest), which in the grid's own order is each head's key blocks, longest
+// first, one head after another: the last head's longest block starts near the end and finishes
+// alone. Longest first across heads balances the SMs: the launch's (kv head, batch) pairs in
+// sections of BWD_ORDER_PAIRS, and in each section key block 0 of every pair, then key block 1,
+// and so on. Eight pairs a section: SMs taking blocks greedily (tests/test_bwd_block_order.py
+// --simulate, step 15's tile) then finish within 1.7% of their mean at the causal backward
+// shapes on 132, 114, 108 and 82 SMs, where the grid's order leaves the last up to 13.9% past
+// it (GQA, whose blocks walk four query heads each); and the resident blocks hold the Q and dO
+// of about 8 heads, 16 MB at N4096 d128, where the grid's order held about 4.
+constexpr int BWD_ORDER_PAIRS = 8;
+struct BlockPos { int nb, h_kv, b; };  // key block, kv head, batch: in this launch's grid
+__device__ __forceinline__ BlockPos block_position(const int causal)
+{
+    if (!causal) return {(int)blockIdx.x, (int)blockIdx.y, (int)blockIdx.z};
+    const int64_t pairs = (int64_t)gridDim.y * gridDim.z, key_blocks = gridDim.x;
+    const int64_t id = blockIdx.x + key_blocks * (blockIdx.y + (int64_t)gridDim.y * blockIdx.z);  // the start order
+    const int64_t section = id / (key_blocks * BWD_ORDER_PAIRS), in_section = id % (key_blocks * BWD_ORDER_PAIRS);
+    const int64_t section_pairs = min((int64_t)BWD_ORDER_PAIRS, pairs - section * BWD_ORDER_PAIRS);
+    const int64_t pair = section * BWD_ORDER_PAIRS + in_section % section_pairs;
+    return {(int)(in_section / section_pairs), (int)(pair % gridDim.y), (int)(pair / gridDim.y)};
+}
+
 // The workspace: dQ's fp32 accumulator [partials][batch * heads_q * seqlen_q][D]
 // (rows in LSE order; one partial, or one per split in the deterministic mode),
 // then D [batch * heads_q * seqlen_q].
@@ -1050,7 +1077,8 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     uint16_t *ds_smem = p_smem + BLOCK_M * BLOCK_N;
     [[maybe_unused]] float *dq_stage = reinterpret_cast<float *>(ds_smem + BLOCK_M * BLOCK_N);  // [BLOCK_M][DQ_STAGE_COLS] fp32 (C::STAGE_DQ)
 
-    const int n_block = a.n_block0 + blockIdx.x, h_kv = blockIdx.y + a.head_kv0, b = blockIdx.z + a.batch0;
+    const BlockPos block = block_position(p.causal);  // causal: longest first across heads
+    const int n_block = a.n_block0 + block.nb, h_kv = block.h_kv + a.head_kv0, b = block.b + a.batch0;
     const int n0 = n_block * BLOCK_N;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
@@ -1062,7 +1090,7 @@ __global__ void __launch_bounds__(C::THREADS, 1) fa2_bwd_kernel(const BwdArgs a)
     const int shift = p.seqlen_k - p.seqlen_q;  // causal: row i sees keys j <= i + shift
     const float scale_log2 = p.softmax_scale * LOG2E;
     const int64_t rows_total = (int64_t)p.batch * p.heads_q * p.seqlen_q;
-    float *dq_ws = a.dq_ws + (a.deterministic ? blockIdx.x * rows_total * D : 0);  // [rows][D]: this split's partial, or the shared sum
+    float *dq_ws = a.dq_ws + (a.deterministic ? block.nb * rows_total * D : 0);  // [rows][D]: this split's partial, or the shared sum
 
     // The walk: step s is query block first_qb + s % per_head of query head
     // h_kv * group + s / per_head.
