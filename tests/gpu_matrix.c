@@ -1191,7 +1191,8 @@ int main(int argc, char **argv)
      * d64/d128, fp16/bf16, then a padded and a [b,h,s,d] layout, peaky scores (Q and K
      * scaled by 4 and 30), a NaN in a Q row, FA2_DETERMINISTIC=1, a 99 KB preset (step 14's
      * narrow tile at d128), the A100 preset (its wide tile unstaged at d128), and the edges
-     * of step 14's tiles, its 128-query tile at d64 among them. */
+     * of step 14's tiles, its 128-query tile at d64 among them; 12 (kv head, batch) pairs for
+     * the causal block order's sections. */
     {
         static const int bwd_seqs[][2] = {{1, 1}, {17, 17}, {127, 127}, {1, 300}, {300, 1}, {65, 200}, {200, 65}, {333, 1000}};
         static const int bwd_heads[3][2] = {{4, 4}, {8, 2}, {8, 1}}; /* heads_q, heads_kv: 1:1, GQA 4:1, MQA */
@@ -1221,6 +1222,14 @@ int main(int argc, char **argv)
             c.nan = NAN_Q_ROW, c.nan_row = 50;
             run_bwd_case(steps, nsteps, &c);
         }
+        /* the causal block order's sections (steps 14 and 15: 8 (kv head, batch) pairs a section):
+         * 12 pairs, a full section and a short one, with and without the deterministic mode */
+        for (int d = 64; d <= 128; d += 64)
+            for (int det = 0; det < 2; det++) {
+                test_case c = shape(3, 8, 4, 150, 700, d, 1, d == 64 ? BF16 : FP16);
+                c.deterministic = det;
+                run_bwd_case(steps, nsteps, &c);
+            }
         for (int d = 64; d <= 128; d += 64) {
             test_case c = shape(2, 8, 2, 257, 1000, d, 1, d == 64 ? FP16 : BF16);
             c.deterministic = 1;

@@ -65,6 +65,7 @@ mutants=(
   "15|wgbwd_dq_pair_swapped|pack2<T>(lo.x * s, lo.y * s)|pack2<T>(lo.y * s, lo.x * s)"
   "15|wgbwd_ds_key_halves_swapped|st_chunk = 2 * warp + lane / 8 % 2;|st_chunk = 2 * warp + lane / 16 % 2;"
   "15|wgbwd_order_short_section|return {(int)(in_section / section_pairs),|return {(int)(in_section / BWD_ORDER_PAIRS),"
+  "15|wgbwd_order_sections_overlap|const int64_t pair = section * BWD_ORDER_PAIRS + in_section % section_pairs;|const int64_t pair = in_section % section_pairs;"
 )
 if [ -n "${MUTANT_STEPS:-}" ]; then
   kept=()
