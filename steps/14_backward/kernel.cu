@@ -917,7 +917,8 @@ __device__ __forceinline__ int first_query_block(int n0, int shift, int causal, 
 
 // Causal, a key block's walk starts at the first query block that sees it, so key block 0 of a
 // head has the most steps and the last the fewest. The GPU starts blocks in the order of their
-// linear index (x fastest), which in the grid's own order is each head's key blocks, longest
+// linear index, x fastest (what its scheduler does in practice; CUDA promises no order, and the
+// result does not depend on it), which in the grid's own order is each head's key blocks, longest
 // first, one head after another: the last head's longest block starts near the end and finishes
 // alone. Longest first across heads balances the SMs: the launch's (kv head, batch) pairs in
 // sections of BWD_ORDER_PAIRS, and in each section key block 0 of every pair, then key block 1,
