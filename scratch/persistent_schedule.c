@@ -9,7 +9,9 @@
  * ceil(key_end / BLOCK_N), key_end = min(seqlen_k, m0 + BLOCK_M + seqlen_k - seqlen_q) under the
  * mask. The configuration is the kernel's: 2 consumers (BLOCK_M = 128) except d64 without a
  * mask when there are more 128-row items than SMs (3 consumers, BLOCK_M = 192); BLOCK_N = 128.
- * --format csv writes the assignment for the figures (figures/persistent_schedule.py). */
+ * --format csv writes the assignment for the figures (figures/persistent_schedule.py).
+ * The text output ends with the balance against step 11's grid: the same q tiles, one block
+ * each, which an SM takes as its last block ends (balance(), below). */
 #include "tool.h"
 
 static const char usage[] =
@@ -28,9 +30,10 @@ static const char usage[] =
     "           block,ordinal,unit,batch,head,m_block,row0,rows,key_tiles,first_tile,blocks,block_m\n"
     "           (first_tile: the block's key tiles before this item, the item's start in key tiles)\n"
     "  --check  assert every query tile of every head is computed exactly once, each block's items follow\n"
-    "           the kernel's order, and (causal, Nq = Nk) every unit of two tiles holds m_blocks + 1 key tiles\n";
+    "           the kernel's order, (causal, Nq = Nk) every unit of two tiles holds m_blocks + 1 key tiles, and\n"
+    "           the balance model's SMs end within list scheduling's bounds\n";
 
-enum { WG_M = 64, BLOCK_N = 128, MAX_ITEMS = 1 << 16 };
+enum { WG_M = 64, BLOCK_N = 128, MAX_ITEMS = 1 << 16, MAX_SMS = 1024 };
 
 typedef struct {
     int batch, heads, seqlen, dim, causal, sms;
@@ -95,6 +98,78 @@ static int block_tiles(const schedule *sc, int block)
     return t;
 }
 
+/* The balance model. An item costs its key tiles plus ITEM_COST, what a block spends around
+ * them (Q's load, the pipeline's fill, O's store), the same in both steps: the model leaves out
+ * what persistence hides of it, and counts only who waits for whom at the end. Step 11
+ * launches one block per q tile, grid (q tiles, heads, batch), a causal head's tiles longest
+ * first; an SM takes the next block in the order of the linear index, x fastest, as its block
+ * ends (what the hardware does in practice; CUDA promises no order), one block an SM at a time
+ * (step 11's d128 blocks fill an SM). ORDER_PAIRS: the order step 12 does not use, longest
+ * first across that many (batch, head) pairs at a time, taken as SMs free (the backward steps'
+ * causal order), given for comparison. */
+enum { ITEM_COST = 1, ORDER_PAIRS = 8 };
+
+/* the time the last SM ends when the SMs take the n items of cost[] in order, each the next
+ * one as it frees (list scheduling) */
+static long greedy_end(const int *cost, int n, int sms)
+{
+    static long busy_until[MAX_SMS];
+    for (int i = 0; i < sms; i++) busy_until[i] = 0;
+    long end = 0;
+    for (int i = 0; i < n; i++) {
+        int first_free = 0;
+        for (int m = 1; m < sms; m++) first_free = busy_until[m] < busy_until[first_free] ? m : first_free;
+        busy_until[first_free] += cost[i];
+        end = busy_until[first_free] > end ? busy_until[first_free] : end;
+    }
+    return end;
+}
+
+typedef struct {
+    long total, grid_end, pairs_end, schedule_end; /* work, and where the last SM ends in each order */
+    int max_cost;
+} balance_model;
+
+static balance_model balance(const schedule *sc, const shape *s)
+{
+    static int grid[MAX_ITEMS], pairs[MAX_ITEMS];
+    balance_model bm = {0, 0, 0, 0, 0};
+    int n_pairs = s->batch * s->heads, n = 0;
+    for (int pair = 0; pair < n_pairs; pair++)
+        for (int x = 0; x < sc->m_blocks; x++) {
+            int cost = key_tiles_of(s, sc->block_m, s->causal ? sc->m_blocks - 1 - x : x) + ITEM_COST;
+            grid[n++] = cost, bm.total += cost;
+            bm.max_cost = cost > bm.max_cost ? cost : bm.max_cost;
+        }
+    n = 0;
+    for (int first = 0; first < n_pairs; first += ORDER_PAIRS)
+        for (int x = 0; x < sc->m_blocks; x++)
+            for (int pair = first; pair < first + ORDER_PAIRS && pair < n_pairs; pair++)
+                pairs[n++] = key_tiles_of(s, sc->block_m, s->causal ? sc->m_blocks - 1 - x : x) + ITEM_COST;
+    bm.grid_end = greedy_end(grid, n, s->sms);
+    bm.pairs_end = greedy_end(pairs, n, s->sms);
+    for (int b = 0; b < sc->blocks; b++) {
+        long t = 0;
+        for (int i = 0; i < sc->n_items; i++) t += sc->items[i].block == b ? sc->items[i].key_tiles + ITEM_COST : 0;
+        bm.schedule_end = t > bm.schedule_end ? t : bm.schedule_end;
+    }
+    return bm;
+}
+
+static void print_balance(const schedule *sc, const shape *s)
+{
+    balance_model bm = balance(sc, s);
+    double mean = (double)bm.total / s->sms;
+    printf("\nbalance, an item costing its key tiles + %d (the mean: %.1f per SM):\n", ITEM_COST, mean);
+    printf("  step 11's grid, a block per q tile%s, SMs taking the next as one ends: the last ends at %ld, "
+           "%.1f%% after the mean\n", s->causal ? " (longest first in a head, head after head)" : "", bm.grid_end,
+           100.0 * (bm.grid_end / mean - 1));
+    printf("  step 12, this schedule: the last block ends at %ld, %.1f%% after the mean; step 12 / step 11 = %.3f\n",
+           bm.schedule_end, 100.0 * (bm.schedule_end / mean - 1), (double)bm.schedule_end / bm.grid_end);
+    printf("  longest first across %d (batch, head) pairs at a time, SMs taking the next as one ends: %ld, %.1f%% "
+           "after the mean\n", ORDER_PAIRS, bm.pairs_end, 100.0 * (bm.pairs_end / mean - 1));
+}
+
 static void print_text(const schedule *sc, const shape *s)
 {
     printf("step 12 at B%d H%d N%d d%d%s on %d SMs: %d consumers, BLOCK_M = %d, BLOCK_N = %d\n", s->batch, s->heads,
@@ -126,6 +201,7 @@ static void print_text(const schedule *sc, const shape *s)
     }
     printf("\nkey tiles per block: most %d, fewest %d, mean %.1f: the last block ends at %d, %.1f%% after the mean\n",
            max, min, (double)total / sc->blocks, max, 100.0 * (max * sc->blocks - total) / total);
+    print_balance(sc, s);
 }
 
 static void print_csv(const schedule *sc)
@@ -173,6 +249,17 @@ static void check_shape(const shape *s)
              "gridDim.x, ... (long tile first), its items back to back", s->batch, s->heads, s->seqlen, s->dim,
              s->causal ? " causal" : "", s->sms);
     check(order, name, "a block's items are out of the kernel's order");
+    /* list scheduling ends no earlier than the mean and no later than the mean plus the largest
+     * item (Graham's bound); a static schedule no earlier than the mean */
+    balance_model bm = balance(&sc, s);
+    double mean = (double)bm.total / s->sms;
+    int bounded = bm.grid_end >= mean && bm.grid_end <= mean + bm.max_cost && bm.pairs_end >= mean &&
+                  bm.pairs_end <= mean + bm.max_cost && bm.schedule_end >= mean;
+    snprintf(name, sizeof name, "persistent_schedule B%d H%d N%d d%d%s on %d SMs: the balance model's orders end "
+             "between the mean and the mean plus one item", s->batch, s->heads, s->seqlen, s->dim,
+             s->causal ? " causal" : "", s->sms);
+    check(bounded, name, "grid %ld, pairs %ld, schedule %ld against a mean of %.1f and an item of at most %d",
+          bm.grid_end, bm.pairs_end, bm.schedule_end, mean, bm.max_cost);
     if (s->causal && s->seqlen % sc.block_m == 0) {
         snprintf(name, sizeof name, "persistent_schedule B%d H%d N%d causal: every unit of two q tiles holds "
                  "m_blocks + 1 = %d key tiles", s->batch, s->heads, s->seqlen, sc.m_blocks + 1);
@@ -185,6 +272,7 @@ static void run_checks(void)
     const shape shapes[] = {
         {1, 16, 4096, 128, 1, 132}, {4, 16, 4096, 128, 1, 132}, {4, 16, 4096, 64, 0, 132},
         {1, 3, 1000, 64, 1, 132},  {2, 5, 777, 128, 1, 7},      {16, 16, 1024, 64, 1, 132},
+        {1, 16, 16384, 128, 1, 132},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++) check_shape(&shapes[i]);
 }
@@ -199,7 +287,7 @@ int main(int argc, char **argv)
         {"--seqlen", &s.seqlen, 1, 65536, 1, NULL},
         {"--dim", &s.dim, 64, 128, 64, NULL},
         {"--causal", &s.causal, 0, 1, 1, NULL},
-        {"--sms", &s.sms, 1, 1024, 1, NULL},
+        {"--sms", &s.sms, 1, MAX_SMS, 1, NULL},
         {"--format", &csv, 0, 0, 0, "text|csv"},
     };
     parse_cli(argc, argv, usage, opts, sizeof opts / sizeof *opts, run_checks);
