@@ -107,7 +107,7 @@ static int block_tiles(const schedule *sc, int block)
  * (step 11's d128 blocks fill an SM). ORDER_PAIRS: the order step 12 does not use, longest
  * first across that many (batch, head) pairs at a time, taken as SMs free (the backward steps'
  * causal order), given for comparison. */
-enum { ITEM_COST = 1, ORDER_PAIRS = 8 };
+enum { ITEM_COST = 1, ORDER_PAIRS = 4 };
 
 /* the time the last SM ends when the SMs take the n items of cost[] in order, each the next
  * one as it frees (list scheduling) */
