@@ -7,7 +7,8 @@
 #                     tools/tree_copy.sh), the planted bugs of step NN beside them
 #                     (MUTANT_STEPS=NN tests/mutants.sh, each stopping at its first FAIL); a FAIL
 #                     in the matrix or the sanitizer keeps NAME from being picked
-#   ab=NAME:NN        tools/ab.sh, 3 rounds, main's step NN against NAME's at the backward set
+#   ab=NAME:NN        tools/ab.sh, 3 rounds, main's step NN against NAME's at the step's set
+#                     (14, 15: the backward set, the backward's rows; 13: decode; any other: bench)
 #                     (ab_no_slower); NAME is "picked" from here on if it is no slower, and stays
 #                     picked while its later A/Bs are no slower either
 #   await=LOGDIR:NAME waits (30 minutes at most) for the run logging to LOGDIR to give its verdict
@@ -82,7 +83,9 @@ for what in "$@"; do
     ab=*:*)
       # a branch is picked only while none of its checks failed and none of its A/Bs was slower
       case " $failing " in *" $name "*) stage "ab $name: skipped, one of its checks or A/Bs failed"; stage "  picked: $picked"; continue ;; esac
-      if ab_no_slower "${what##*:}" "$name" "backward --backward"; then picked=$name; else reject "$name"; fi
+      id=${what##*:}
+      set=$(case $id in 13) echo decode ;; 14 | 15) echo "backward --backward" ;; *) echo bench ;; esac)
+      if ab_no_slower "$id" "$name" "$set"; then picked=$name; else reject "$name"; fi
       stage "  picked: $picked" ;;
     test=*)
       (cd "$tree" && make -s test) >"$log/test-$name.log" 2>&1
