@@ -27,6 +27,11 @@
 #                     whole call's, where the 8-11 us over the bytes' time sit (run 95: the first,
 #                     cold launch)
 #   profile13warm=NAME the same after three calls (SKIP=3): a warm launch
+#   consumers10=NAME  step 10 rebuilt with two consumer warpgroups where it takes three (d64 on
+#                     grids of more 128-row blocks than SMs), its GPU matrix, then tools/ab.sh, 3
+#                     rounds, at the bench set against NAME's step 10 (the 3.1% step 10 lost to
+#                     step 09 at B16 H16 N1024 d64 on the H100, run 85: 192-row tiles pad 1024
+#                     rows to 1152)
 #   stages13=NAME     step 13 rebuilt with other key tiles and stages (make variant: three stages
 #                     of 128 keys, 197 KB; four of 64 keys, the same 128 KB as now; six of 64
 #                     keys, 197 KB), each variant's GPU matrix, then tools/ab.sh, 3 rounds, at the
@@ -127,7 +132,22 @@ for what in "$@"; do
       # shellcheck disable=SC2086
       (cd "$tree" && bash tools/ab.sh "$log/ab13-stages.csv" 3 decode $contenders) >"$log/ab13-stages.log" 2>&1
       stage "ab step 13 stages: exit $?"; grep -A60 '^medians' "$log/ab13-stages.log" | tee -a "$log/progress.txt" ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME)" ;;
+    consumers10=*)
+      # step 10 with two consumers where it takes three (d64, more 128-row blocks than SMs)
+      (cd "$tree" && mkdir -p build/ab && python3 tools/variant_src.py steps/10_warp_specialized/kernel.cu build/ab/step10-two-consumers.cu \
+          "using LargeGridConfig = TileConfig<D == 64 ? 12 : 8, 1, 128>;" "using LargeGridConfig = TileConfig<8, 1, 128>;" \
+          "LargeGridConfig<64>::CONSUMERS == 3" "LargeGridConfig<64>::CONSUMERS == 2" &&
+        make -s step=10 variant NAME=two10 SRC=build/ab/step10-two-consumers.cu &&
+        build/tests/gpu_matrix build/variants/two10/libfa2.so) >"$log/matrix10-two-consumers.log" 2>&1
+      rc=$?
+      stage "step 10 with two consumers at d64: exit $rc: $(grep -c '^PASS' "$log/matrix10-two-consumers.log") PASS $(grep -c '^FAIL' "$log/matrix10-two-consumers.log") FAIL"
+      if [ $rc = 0 ] && ! grep -q '^FAIL' "$log/matrix10-two-consumers.log"; then
+        (cd "$tree" && bash tools/ab.sh "$log/ab10-two-consumers.csv" 3 bench main=build/step10/fa2 two=build/variants/two10/fa2) \
+          >"$log/ab10-two-consumers.log" 2>&1
+        stage "ab step 10 two consumers: exit $?"; grep -A40 '^medians' "$log/ab10-two-consumers.log" | tee -a "$log/progress.txt"
+      fi
+      gzip -f "$log/matrix10-two-consumers.log" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME, consumers10=NAME)" ;;
   esac
 done
 stage "done"
