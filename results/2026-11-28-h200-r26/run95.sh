@@ -27,6 +27,8 @@
 #                     whole call's, where the 8-11 us over the bytes' time sit (run 95: the first,
 #                     cold launch)
 #   profile13warm=NAME the same after three calls (SKIP=3): a warm launch
+#   probe=NAME        reference/bandwidth_ceiling at 128 MiB (B1's and B2's K and V), 256 MiB and
+#                     1 GiB, after no flush, the timing's memset and the read flush (run 89's probe)
 #   consumers10=NAME  step 10 rebuilt with two consumer warpgroups where it takes three (d64 on
 #                     grids of more 128-row blocks than SMs), its GPU matrix, then tools/ab.sh, 3
 #                     rounds, at the bench set against NAME's step 10 (the 3.1% step 10 lost to
@@ -132,6 +134,14 @@ for what in "$@"; do
       # shellcheck disable=SC2086
       (cd "$tree" && bash tools/ab.sh "$log/ab13-stages.csv" 3 decode $contenders) >"$log/ab13-stages.log" 2>&1
       stage "ab step 13 stages: exit $?"; grep -A60 '^medians' "$log/ab13-stages.log" | tee -a "$log/progress.txt" ;;
+    probe=*)
+      # the streaming read at a decode shape's bytes (B1 and B2: 128 MiB), twice that and 1 GiB,
+      # after no flush, the memset and the read flush (the decode timing's): the ceiling a
+      # kernel reading those bytes meets under the same timing
+      for b in 134217728 268435456 1073741824; do for f in none write read; do
+        "$tree"/build/reference/bandwidth_ceiling --bytes $b --flush $f >>"$log/probe-$name.log" 2>&1
+      done; done
+      stage "probe $name: $(grep -c 'GB/s' "$log/probe-$name.log") reads"; grep 'GB/s' "$log/probe-$name.log" | tee -a "$log/progress.txt" ;;
     consumers10=*)
       # step 10 with two consumers where it takes three (d64, more 128-row blocks than SMs)
       (cd "$tree" && mkdir -p build/ab && python3 tools/variant_src.py steps/10_warp_specialized/kernel.cu build/ab/step10-two-consumers.cu \
@@ -147,7 +157,7 @@ for what in "$@"; do
         stage "ab step 10 two consumers: exit $?"; grep -A40 '^medians' "$log/ab10-two-consumers.log" | tee -a "$log/progress.txt"
       fi
       gzip -f "$log/matrix10-two-consumers.log" ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME, consumers10=NAME)" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME, consumers10=NAME, probe=NAME)" ;;
   esac
 done
 stage "done"
