@@ -130,29 +130,33 @@ typedef struct {
     int max_cost;
 } balance_model;
 
+/* Where the last SM ends when the SMs take the q tiles as they free, in sections of `section`
+ * (batch, head) pairs, a section's longest tiles first across its pairs (causal; in order
+ * without the mask). A section of 1 pair is step 11's grid order. */
+static long sections_end(const schedule *sc, const shape *s, int section, long *total, int *max_cost)
+{
+    static int cost[MAX_ITEMS];
+    int n_pairs = s->batch * s->heads, n = 0;
+    *total = 0, *max_cost = 0;
+    for (int first = 0; first < n_pairs; first += section)
+        for (int x = 0; x < sc->m_blocks; x++)
+            for (int pair = first; pair < first + section && pair < n_pairs; pair++) {
+                cost[n] = key_tiles_of(s, sc->block_m, s->causal ? sc->m_blocks - 1 - x : x) + ITEM_COST;
+                *total += cost[n], *max_cost = cost[n] > *max_cost ? cost[n] : *max_cost;
+                n++;
+            }
+    return greedy_end(cost, n, s->sms);
+}
+
 static balance_model balance(const schedule *sc, const shape *s)
 {
-    static int grid[MAX_ITEMS], pairs[MAX_ITEMS];
+    static long block_work[MAX_SMS];
     balance_model bm = {0, 0, 0, 0, 0};
-    int n_pairs = s->batch * s->heads, n = 0;
-    for (int pair = 0; pair < n_pairs; pair++)
-        for (int x = 0; x < sc->m_blocks; x++) {
-            int cost = key_tiles_of(s, sc->block_m, s->causal ? sc->m_blocks - 1 - x : x) + ITEM_COST;
-            grid[n++] = cost, bm.total += cost;
-            bm.max_cost = cost > bm.max_cost ? cost : bm.max_cost;
-        }
-    n = 0;
-    for (int first = 0; first < n_pairs; first += ORDER_PAIRS)
-        for (int x = 0; x < sc->m_blocks; x++)
-            for (int pair = first; pair < first + ORDER_PAIRS && pair < n_pairs; pair++)
-                pairs[n++] = key_tiles_of(s, sc->block_m, s->causal ? sc->m_blocks - 1 - x : x) + ITEM_COST;
-    bm.grid_end = greedy_end(grid, n, s->sms);
-    bm.pairs_end = greedy_end(pairs, n, s->sms);
-    for (int b = 0; b < sc->blocks; b++) {
-        long t = 0;
-        for (int i = 0; i < sc->n_items; i++) t += sc->items[i].block == b ? sc->items[i].key_tiles + ITEM_COST : 0;
-        bm.schedule_end = t > bm.schedule_end ? t : bm.schedule_end;
-    }
+    bm.grid_end = sections_end(sc, s, 1, &bm.total, &bm.max_cost);
+    bm.pairs_end = sections_end(sc, s, ORDER_PAIRS, &bm.total, &bm.max_cost);
+    for (int b = 0; b < sc->blocks; b++) block_work[b] = 0;
+    for (int i = 0; i < sc->n_items; i++) block_work[sc->items[i].block] += sc->items[i].key_tiles + ITEM_COST;
+    for (int b = 0; b < sc->blocks; b++) bm.schedule_end = block_work[b] > bm.schedule_end ? block_work[b] : bm.schedule_end;
     return bm;
 }
 
