@@ -151,7 +151,11 @@ for what in "$@"; do
         build/tests/gpu_matrix build/variants/two10/libfa2.so) >"$log/matrix10-two-consumers.log" 2>&1
       rc=$?
       stage "step 10 with two consumers at d64: exit $rc: $(grep -c '^PASS' "$log/matrix10-two-consumers.log") PASS $(grep -c '^FAIL' "$log/matrix10-two-consumers.log") FAIL"
-      if [ $rc = 0 ] && ! grep -q '^FAIL' "$log/matrix10-two-consumers.log"; then
+      # The variant never chooses three consumers, so the matrix's coverage line (every
+      # configuration reached by a passing case) fails by construction (run 97): timed when
+      # that line is its only failure and every case ran.
+      if grep -q '^# 10_warp_specialized: largest O error' "$log/matrix10-two-consumers.log" &&
+         ! grep '^FAIL' "$log/matrix10-two-consumers.log" | grep -qv 'configurations never reached by a passing case'; then
         (cd "$tree" && bash tools/ab.sh "$log/ab10-two-consumers.csv" 3 bench main=build/step10/fa2 two=build/variants/two10/fa2) \
           >"$log/ab10-two-consumers.log" 2>&1
         stage "ab step 10 two consumers: exit $?"; grep -A40 '^medians' "$log/ab10-two-consumers.log" | tee -a "$log/progress.txt"
