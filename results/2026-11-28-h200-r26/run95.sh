@@ -29,6 +29,7 @@
 #   profile13warm=NAME the same after three calls (SKIP=3): a warm launch
 #   probe=NAME        reference/bandwidth_ceiling at 128 MiB (B1's and B2's K and V), 256 MiB and
 #                     1 GiB, after no flush, the timing's memset and the read flush (run 89's probe)
+#   ab12with11=NAME   tools/ab.sh, 3 rounds, bench: main's step 11, main's step 12, NAME's step 12
 #   consumers10=NAME  step 10 rebuilt with two consumer warpgroups where it takes three (d64 on
 #                     grids of more 128-row blocks than SMs), its GPU matrix, then tools/ab.sh, 3
 #                     rounds, at the bench set against NAME's step 10 (the 3.1% step 10 lost to
@@ -142,6 +143,13 @@ for what in "$@"; do
         "$tree"/build/reference/bandwidth_ceiling --bytes $b --flush $f >>"$log/probe-$name.log" 2>&1
       done; done
       stage "probe $name: $(grep -c 'GB/s' "$log/probe-$name.log") reads"; grep 'GB/s' "$log/probe-$name.log" | tee -a "$log/progress.txt" ;;
+    ab12with11=*)
+      # step 12 of NAME against main's, with main's step 11 in the same rounds (the ladder's
+      # ratio 12 / 11 of NAME's step without a whole compare)
+      tree=$(copy_of "$name") && main_tree=$(copy_of main) &&
+        (cd "$tree" && bash tools/ab.sh "$log/ab12with11-$name.csv" 3 bench main11="$main_tree/build/step11/fa2" \
+          main="$main_tree/build/step12/fa2" new="build/step12/fa2") >"$log/ab12with11-$name.log" 2>&1
+      stage "ab step 12 $name with step 11: exit $?"; grep -A40 '^medians' "$log/ab12with11-$name.log" | tee -a "$log/progress.txt" ;;
     consumers10=*)
       # step 10 with two consumers where it takes three (d64, more 128-row blocks than SMs)
       (cd "$tree" && mkdir -p build/ab && python3 tools/variant_src.py steps/10_warp_specialized/kernel.cu build/ab/step10-two-consumers.cu \
@@ -161,7 +169,7 @@ for what in "$@"; do
         stage "ab step 10 two consumers: exit $?"; grep -A40 '^medians' "$log/ab10-two-consumers.log" | tee -a "$log/progress.txt"
       fi
       gzip -f "$log/matrix10-two-consumers.log" ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME, consumers10=NAME, probe=NAME)" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME, consumers10=NAME, ab12with11=NAME, probe=NAME)" ;;
   esac
 done
 stage "done"
