@@ -52,12 +52,13 @@
  * 194 KB at d128, 195 KB at d64, of 227 KB; one block per SM.
  *
  * dQ. Each step's dQ (BLOCK_M x D) is two 64 x 64 fp32 parts, one per consumer: at d64 the
- * consumers split its rows, at d128 its columns (consumer c's K descriptor starts at slab c).
- * A part is stored to shared memory in pair order (accumulators 2q and 2q + 1 of thread t, two
- * neighbouring columns of one row, as one 8-byte store at q x 256 + 2t: conflict-free) and reduce-added as 16 contiguous KB (cp.reduce.async.bulk .add.f32: the adds
- * happen at L2, one instruction of one thread per part, where step 14's staged dQ takes 64
- * warp-wide red.global.add.v4.f32 per 64 x 128 step). So the workspace holds dQ in that tile
- * order, per query block, and the convert kernel reads it back from there
+ * consumers split its rows, at d128 its columns (consumer c's K descriptor starts at slab c). A
+ * part is stored to shared memory in pair order (accumulators 2q and 2q + 1 of thread t, two
+ * neighbouring columns of one row, as one 8-byte store at q x 256 + 2t: conflict-free) and
+ * reduce-added as 16 contiguous KB (cp.reduce.async.bulk .add.f32: the adds happen at L2, one
+ * instruction of one thread per part, where step 14's staged dQ takes 64 warp-wide
+ * red.global.add.v4.f32 per 64 x 128 step). So the workspace holds dQ in that tile order, per
+ * query block, and the convert kernel reads it back from there
  * (tests/test_wgmma_dq_order.py checks the inverse on the CPU); LSE and D sit beside it, padded
  * to 128 rows per head so that every bulk copy is a whole, 16-byte-aligned run and rows past
  * seqlen_q add only into padding. (FA3 stages and bulk-reduces dQ the same way below head dim
@@ -979,10 +980,11 @@ struct BwdTile {
 // The workspace: dQ's fp32 accumulator [partials][batch * heads_q][rows_pad][D] (one partial,
 // or one per split in the deterministic mode), each query block's BLOCK_M x D of it stored as
 // the two consumers' 64 x 64 parts in the order their bulk reduce-add writes (pair order:
-// accumulators 2q and 2q + 1 of consumer thread t at q x 256 + 2t), which the convert kernel undoes; then
-// LSE log2 e and D, [batch * heads_q][rows_pad] each. rows_pad is seqlen_q rounded up to 128,
-// so every block's LSE, D and dQ are whole 16-byte-aligned runs for the bulk copies, and the
-// rows past seqlen_q of a block land in padding that nothing reads (their dS is 0 anyway).
+// accumulators 2q and 2q + 1 of consumer thread t at q x 256 + 2t), which the convert kernel
+// undoes; then LSE log2 e and D, [batch * heads_q][rows_pad] each. rows_pad is seqlen_q rounded
+// up to 128, so every block's LSE, D and dQ are whole 16-byte-aligned runs for the bulk copies,
+// and the rows past seqlen_q of a block land in padding that nothing reads (their dS is 0
+// anyway).
 struct BwdArgs {
     fa2_bwd_params p;
     float *dq_ws;           // [partials][rows][D], tile order
