@@ -480,14 +480,14 @@ struct TileScheduler {
         return false;
     }
 
-    // A consumer thread: waits for the next q_full phase and reads the item it carries,
-    // lane 0's copy shuffled to the warp so that ptxas sees one item per warp (and keeps
-    // the item, and the descriptors built from it, in uniform registers).
+    // A consumer thread: waits for the next q_full phase and reads the item it carries (a
+    // warp's lanes read the same word in one shared load). Every consumer warp has read it
+    // before it arrives on q_empty, which the producer waits for before the next item.
     __device__ bool next_consumer(const fa2_params &p, WorkItem &w, const uint32_t q_full)
     {
         const int items = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M * p.heads_q * p.batch;
         mbarrier_wait(q_full, (w.ordinal + 1) % 2);  // phase ordinal + 1
-        const int item = __shfl_sync(0xffffffffu, *item_smem, 0);
+        const int item = *item_smem;
         if (item >= items) return false;
         locate(p, item, w);
         return true;
