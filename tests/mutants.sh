@@ -41,7 +41,7 @@ mutants=(
   "07|heads_as_batch|h = blockIdx.y, b = blockIdx.z|h = blockIdx.z % p.heads_q, b = blockIdx.y % p.batch"
   "08|slab_as_row_half|kk / 4 * L::Q_SLAB_BYTES|kk / 4 * 128"
   "08|no_swizzle_in_map|CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B|CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
-  "12|persistent_queue_not_reset|*next_item = 0;|(void)next_item;"
+  "12|persistent_queue_not_reset|*draws = 0;|(void)draws;"
   "12|persistent_order_short_section|const int section_pairs = min(ORDER_PAIRS, pairs - section * ORDER_PAIRS);|const int section_pairs = ORDER_PAIRS;"
   "13|merge_unnormalised|exp2_approx((lse_s[i] - row_lse) * LOG2E)|exp2_approx((lse_s[i] - lse_shift) * LOG2E)"
   "13|counter_not_reset|*counter = 0;|(void)counter;"

@@ -117,7 +117,7 @@ struct SmemLayout {
     static constexpr uint32_t K = O + C::BLOCK_M * D * 2;                  // [STAGES][D / 64][BLOCK_N][64]
     static constexpr uint32_t V = K + STAGES * STAGE_BYTES;               // [STAGES][D / 64][BLOCK_N][64]
     static constexpr uint32_t BARRIERS = V + STAGES * STAGE_BYTES;        // q_full, q_empty, then k_full, v_full, k_empty, v_empty of each stage
-    static constexpr uint32_t ITEM = BARRIERS + (2 + 4 * STAGES) * 8;     // int: the work item q_full's phase carries
+    static constexpr uint32_t ITEM = BARRIERS + (2 + 4 * STAGES) * 8;     // unsigned: the work item the producer's warp took last
     static constexpr uint32_t BYTES = ITEM + 16 + SWIZZLE_ATOM;           // + room to align the start
     static_assert(Q_SLAB_BYTES % SWIZZLE_ATOM == 0 && KV_SLAB_BYTES % SWIZZLE_ATOM == 0,
                   "every slab starts on a 1024-byte boundary, where TMA's 128-byte swizzle is anchored");
@@ -415,25 +415,32 @@ struct WorkItem {
 static_assert((STAGES & (STAGES - 1)) == 0, "2 STAGES divides 2^32: the block's tile clock may wrap around");
 
 // Who computes what, decided while the blocks run. The work items are the q tiles of every
-// (batch, head) pair in one list, and a counter in the workspace hands them out: a block's
-// producer thread takes the next item (atomicAdd) when it is about to load that item's Q,
-// so an SM whose items ran short takes more, as the hardware's block dispatcher did for
-// step 11. Under a causal mask an item's work grows with its q tile, and the list runs
-// longest first across ORDER_PAIRS pairs at a time: q tile m_blocks - 1 of each of the
-// section's pairs, then m_blocks - 2, and so on, so the last items handed out are the
-// shortest and the SMs end together; the section is small enough that its K and V stay in
-// L2 while its tiles run (FlashAttention-3's causal scheduler orders its list the same way:
-// Dao-AILab/flash-attention, hopper/tile_scheduler.hpp). Without the mask every item is as
-// long as every other, and the list is a head's q tiles in order, head after head. The
-// producer publishes the item in shared memory and q_full's phase carries it to the
-// consumers; the item after the last is the list's end, a q_full phase with no Q.
-// (fa2_supports keeps the count of q tiles under 2^31: ints suffice.)
+// (batch, head) pair in one list. Block b starts with item b; after that a counter in the
+// workspace hands out the list's next item to whichever block asks, so an SM whose items
+// ran short takes more, as the hardware's block dispatcher did for step 11. A block's
+// producer asks (atomicAdd) as it starts loading an item, for the item after it: the
+// round trip to L2 runs under that item's loads. Under a causal mask an item's work grows
+// with its q tile, and the list runs longest first across ORDER_PAIRS pairs at a time:
+// q tile m_blocks - 1 of each of the section's pairs, then m_blocks - 2, and so on, so the
+// last items handed out are the shortest and the SMs end together; the section is small
+// enough that its K and V stay in L2 while its tiles run (FlashAttention-3's causal
+// scheduler orders its list the same way: Dao-AILab/flash-attention,
+// hopper/tile_scheduler.hpp). Without the mask every item is as long as every other, and
+// the list is a head's q tiles in order, head after head. The producer's warp passes each
+// item it takes to the consumers through one word of shared memory, guarded by two named
+// barriers: ITEM_FULL (written) and ITEM_EMPTY (read by every consumer warp); the item
+// after the list's last is the end. (fa2_supports keeps the count of q tiles under 2^31:
+// ints index the list, and an item handed out, at most gridDim.x above it, fits an
+// unsigned.)
 constexpr int ORDER_PAIRS = 4;
 
-template <typename C>
+template <typename C, int ITEM_FULL, int ITEM_EMPTY>
 struct TileScheduler {
-    int *next_item, *blocks_left;  // the workspace's two counters (fa2.h: zero when a call begins)
-    int *item_smem;                // the item the producer took last, for the consumers
+    int *draws, *blocks_left;  // the workspace's two counters (fa2.h: zero when a call begins)
+    unsigned *item_smem;       // the item the producer's warp took last, for the consumers
+    static constexpr int HANDOFF_THREADS = 32 + C::WARPS * 32;  // the producer's warp and the consumers
+
+    __device__ static int items(const fa2_params &p) { return (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M * p.heads_q * p.batch; }
 
     // Item `item` of the list into w, its clocks past the item before.
     __device__ static void locate(const fa2_params &p, const int item, WorkItem &w)
@@ -454,42 +461,52 @@ struct TileScheduler {
         w.n_blocks = (key_end + C::BLOCK_N - 1) / C::BLOCK_N;
     }
 
-    // The producer's thread: takes the next item and, once every consumer warp has released
-    // Q (q_empty: after the item before's last S; at once for the first), publishes it.
-    // false when the list is done: the consumers are told by a q_full phase with no bytes
-    // to wait for, and the block counts itself out; the last block to leave sets both
+    // Lane 0 of the producer's warp: the next item the queue hands out.
+    __device__ unsigned draw() { return gridDim.x + (unsigned)atomicAdd(draws, 1); }
+
+    // The producer's warp: publishes the item lane 0 drew once every consumer warp has read
+    // the one before (at once for the first: the consumers start with ITEM_EMPTY open). false
+    // at the list's end, and the block counts itself out; the last block out sets both
     // counters to zero again for the next call (every block drew its last item before it
     // counted itself out, and the fence orders the two).
-    __device__ bool next_producer(const fa2_params &p, WorkItem &w, const uint32_t q_full, const uint32_t q_empty)
+    __device__ bool next_producer(const fa2_params &p, WorkItem &w, const unsigned drawn, const int lane)
     {
-        const int items = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M * p.heads_q * p.batch;
-        const int item = atomicAdd(next_item, 1);
-        mbarrier_wait(q_empty, (w.ordinal + 2) % 2);  // phase ordinal, the item before's (-1 at first: at once)
-        *item_smem = item;  // before q_full's arrival, which releases it to the consumers
-        if (item < items) {
-            locate(p, item, w);
+        __syncwarp();  // bar.sync and bar.arrive take the whole warp at once
+        const unsigned item = __shfl_sync(0xffffffffu, drawn, 0);
+        named_barrier_sync(ITEM_EMPTY, HANDOFF_THREADS);
+        if (lane == 0) *item_smem = item;
+        named_barrier_arrive(ITEM_FULL, HANDOFF_THREADS);
+        if (item < (unsigned)items(p)) {
+            locate(p, (int)item, w);
             return true;
         }
-        mbarrier_arrive(q_full);
-        __threadfence();
-        if (atomicAdd(blocks_left, 1) == (int)gridDim.x - 1) {
+        if (lane == 0) {
             __threadfence();
-            *next_item = 0;
-            *blocks_left = 0;
+            if (atomicAdd(blocks_left, 1) == (int)gridDim.x - 1) {
+                __threadfence();
+                *draws = 0;
+                *blocks_left = 0;
+            }
         }
         return false;
     }
 
-    // A consumer thread: waits for the next q_full phase and reads the item it carries (a
-    // warp's lanes read the same word in one shared load). Every consumer warp has read it
-    // before it arrives on q_empty, which the producer waits for before the next item.
-    __device__ bool next_consumer(const fa2_params &p, WorkItem &w, const uint32_t q_full)
+    // A consumer thread: the block's first item, and the word opened to the producer's first publication.
+    __device__ void start_consumer(const fa2_params &p, WorkItem &w)
     {
-        const int items = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M * p.heads_q * p.batch;
-        mbarrier_wait(q_full, (w.ordinal + 1) % 2);  // phase ordinal + 1
-        const int item = *item_smem;
-        if (item >= items) return false;
-        locate(p, item, w);
+        locate(p, blockIdx.x, w);
+        named_barrier_arrive(ITEM_EMPTY, HANDOFF_THREADS);
+    }
+
+    // A consumer thread: the next item the producer's warp published (a warp's lanes read
+    // the word in one shared load), the word given back unless it is the list's end.
+    __device__ bool next_consumer(const fa2_params &p, WorkItem &w)
+    {
+        named_barrier_sync(ITEM_FULL, HANDOFF_THREADS);
+        const unsigned item = *item_smem;
+        if (item >= (unsigned)items(p)) return false;
+        named_barrier_arrive(ITEM_EMPTY, HANDOFF_THREADS);
+        locate(p, (int)item, w);
         return true;
     }
 };
@@ -509,9 +526,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     static_assert(BLOCK_N % WG_K == 0, "P V consumes keys 16 at a time (the k of m64nNk16)");
     static_assert(STAGES >= 2, "the copy of tile nb + 1 needs its own buffer while tile nb is read");
     // Named barriers (0 is __syncthreads'): consumer c waits for its turn at the tensor
-    // cores on TURN + c, and the consumers meet for the epilogue on EPILOGUE.
-    constexpr int TURN = 1, EPILOGUE = TURN + CONSUMERS;
-    static_assert(EPILOGUE < 16, "a block has 16 named barriers, ids 0-15");
+    // cores on TURN + c, the consumers meet for the epilogue on EPILOGUE, and the work
+    // items pass from the producer's warp to them on ITEM_FULL and ITEM_EMPTY.
+    constexpr int TURN = 1, EPILOGUE = TURN + CONSUMERS, ITEM_FULL = EPILOGUE + 1, ITEM_EMPTY = ITEM_FULL + 1;
+    static_assert(ITEM_EMPTY < 16, "a block has 16 named barriers, ids 0-15");
     using L = SmemLayout<C, D>;
     extern __shared__ __align__(16) uint16_t smem[];
     // The tiles and barriers as shared-state-space byte addresses (_saddr), the form TMA,
@@ -531,7 +549,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const uint32_t v_empty = k_empty + STAGES * 8;                 // [STAGES]: every consumer warp is done with its V
 
     // The block's work items as the queue hands them out, and the item this thread is at.
-    TileScheduler<C> schedule{queue, queue + 1, reinterpret_cast<int *>(reinterpret_cast<uint8_t *>(smem) + align_pad + L::ITEM)};
+    TileScheduler<C, ITEM_FULL, ITEM_EMPTY> schedule{queue, queue + 1, reinterpret_cast<unsigned *>(reinterpret_cast<uint8_t *>(smem) + align_pad + L::ITEM)};
     WorkItem w;
     const int warp = threadIdx.x / 32 - WARPGROUP / 32, lane = threadIdx.x % 32;  // warp: the consumers' 0, 1, ...
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
@@ -575,22 +593,29 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
 
-    // The producer warpgroup: its registers go to the consumers, and thread 0 copies, item
-    // after item, Q once the consumers have released the item before's (q_empty: after its
-    // last S), then every key tile, STAGES ahead of the consumers at most: K_nb once the K
-    // STAGES block tiles back is released (after its S), V_nb once that V is (after its
-    // P V, a turn later).
+    // The producer warpgroup: its registers go to the consumers, and its first warp takes
+    // the work items, thread 0 copying, item after item, Q once the consumers have released
+    // the item before's (q_empty: after its last S), then every key tile, STAGES ahead of
+    // the consumers at most: K_nb once the K STAGES block tiles back is released (after its
+    // S), V_nb once that V is (after its P V, a turn later).
     if (threadIdx.x < WARPGROUP) {
         setmaxnreg_dec<C::PRODUCER_REGS>();
-        if (threadIdx.x == 0)
-            while (schedule.next_producer(p, w, q_full, q_empty)) {  // Q's buffer is free once it returns
-                mbarrier_arrive_expect_tx(q_full, BLOCK_M * D * 2);  // rows past seqlen_q land as zeros, and count
-                tma_load_tile<BLOCK_M, D>(q_saddr, &q_map, q_full, w.m0, w.h, w.b);
-                for (int nb = 0; nb < w.n_blocks; nb++) {
-                    load(nb, k_saddr, &k_map, k_full, k_empty);
-                    load(nb, v_saddr, &v_map, v_full, v_empty);
+        if (threadIdx.x < 32) {
+            unsigned drawn = 0;  // thread 0's: the item after the one it loads
+            schedule.locate(p, blockIdx.x, w);  // the block's first item: its own index, from no queue
+            do {
+                if (threadIdx.x == 0) {
+                    drawn = schedule.draw();
+                    mbarrier_wait(q_empty, (w.ordinal + 1) % 2);  // phase ordinal - 1: at once for the first item
+                    mbarrier_arrive_expect_tx(q_full, BLOCK_M * D * 2);  // rows past seqlen_q land as zeros, and count
+                    tma_load_tile<BLOCK_M, D>(q_saddr, &q_map, q_full, w.m0, w.h, w.b);
+                    for (int nb = 0; nb < w.n_blocks; nb++) {
+                        load(nb, k_saddr, &k_map, k_full, k_empty);
+                        load(nb, v_saddr, &v_map, v_full, v_empty);
+                    }
                 }
-            }
+            } while (schedule.next_producer(p, w, drawn, lane));
+        }
         return;
     }
     // The consumer warpgroups: the rest of the kernel.
@@ -769,7 +794,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     };
 
     // The block's work items, one after another; the barrier phases run on from each to the next.
-    while (schedule.next_consumer(p, w, q_full)) {  // Q has landed once it returns
+    schedule.start_consumer(p, w);
+    do {
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++) {
 #pragma unroll
@@ -783,6 +809,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         int first_masked = p.seqlen_k / BLOCK_N;
         if (p.causal) first_masked = min(first_masked, max(0, (w.m0 + shift + 1) / BLOCK_N));
         first_masked = min(first_masked, w.n_blocks);
+        mbarrier_wait(q_full, w.ordinal % 2);
         if (w.n_blocks == 0 && lane == 0) mbarrier_arrive(q_empty);  // a causal item that sees no key: its Q is not read
         if (w.n_blocks > 0) {
             if (consumer == CONSUMERS - 1) named_barrier_arrive(TURN, 2 * WARPGROUP);  // the first turn
@@ -853,7 +880,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         // vector registers, not uniform ones, and the three consumers' 160 spill them.
         if (threadIdx.x == WARPGROUP) tma_store_tile<BLOCK_M, D>(o_saddr, &o_map, w.m0, w.h, w.b);
         __syncwarp();
-    }
+    } while (schedule.next_consumer(p, w));
     // The last store must be done before the block, and its shared memory, go away.
     if (threadIdx.x == WARPGROUP) tma_store_wait_all();
 }
