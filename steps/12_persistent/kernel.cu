@@ -418,8 +418,9 @@ static_assert((STAGES & (STAGES - 1)) == 0, "2 STAGES divides 2^32: the block's 
 // (batch, head) pair in one list. Block b starts with item b; after that a counter in the
 // workspace hands out the list's next item to whichever block asks, so an SM whose items
 // ran short takes more, as the hardware's block dispatcher did for step 11. A block's
-// producer asks (atomicAdd) as it starts loading an item, for the item after it: the
-// round trip to L2 runs under that item's loads. Under a causal mask an item's work grows
+// producer asks (atomicAdd) when it has issued its item's last load, a few key tiles before
+// the item ends: asked any earlier, the next item would go to the block that started its
+// item first, not to the one that will be free first. Under a causal mask an item's work grows
 // with its q tile, and the list runs longest first across ORDER_PAIRS pairs at a time:
 // q tile m_blocks - 1 of each of the section's pairs, then m_blocks - 2, and so on, so the
 // last items handed out are the shortest and the SMs end together; the section is small
@@ -461,18 +462,18 @@ struct TileScheduler {
         w.n_blocks = (key_end + C::BLOCK_N - 1) / C::BLOCK_N;
     }
 
-    // Lane 0 of the producer's warp: the next item the queue hands out.
-    __device__ unsigned draw() { return gridDim.x + (unsigned)atomicAdd(draws, 1); }
-
-    // The producer's warp: publishes the item lane 0 drew once every consumer warp has read
-    // the one before (at once for the first: the consumers start with ITEM_EMPTY open). false
-    // at the list's end, and the block counts itself out; the last block out sets both
-    // counters to zero again for the next call (every block drew its last item before it
-    // counted itself out, and the fence orders the two).
-    __device__ bool next_producer(const fa2_params &p, WorkItem &w, const unsigned drawn, const int lane)
+    // The producer's warp: lane 0 takes the next item from the queue, and the warp publishes
+    // it once every consumer warp has read the one before (at once for the first: the
+    // consumers start with ITEM_EMPTY open). false at the list's end, and the block counts
+    // itself out; the last block out sets both counters to zero again for the next call
+    // (every block drew its last item before it counted itself out, and the fence orders
+    // the two).
+    __device__ bool next_producer(const fa2_params &p, WorkItem &w, const int lane)
     {
         __syncwarp();  // bar.sync and bar.arrive take the whole warp at once
-        const unsigned item = __shfl_sync(0xffffffffu, drawn, 0);
+        unsigned item = 0;
+        if (lane == 0) item = gridDim.x + (unsigned)atomicAdd(draws, 1);
+        item = __shfl_sync(0xffffffffu, item, 0);
         named_barrier_sync(ITEM_EMPTY, HANDOFF_THREADS);
         if (lane == 0) *item_smem = item;
         named_barrier_arrive(ITEM_FULL, HANDOFF_THREADS);
@@ -601,11 +602,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     if (threadIdx.x < WARPGROUP) {
         setmaxnreg_dec<C::PRODUCER_REGS>();
         if (threadIdx.x < 32) {
-            unsigned drawn = 0;  // thread 0's: the item after the one it loads
             schedule.locate(p, blockIdx.x, w);  // the block's first item: its own index, from no queue
             do {
                 if (threadIdx.x == 0) {
-                    drawn = schedule.draw();
                     mbarrier_wait(q_empty, (w.ordinal + 1) % 2);  // phase ordinal - 1: at once for the first item
                     mbarrier_arrive_expect_tx(q_full, BLOCK_M * D * 2);  // rows past seqlen_q land as zeros, and count
                     tma_load_tile<BLOCK_M, D>(q_saddr, &q_map, q_full, w.m0, w.h, w.b);
@@ -614,7 +613,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
                         load(nb, v_saddr, &v_map, v_full, v_empty);
                     }
                 }
-            } while (schedule.next_producer(p, w, drawn, lane));
+            } while (schedule.next_producer(p, w, lane));
         }
         return;
     }
