@@ -16,8 +16,9 @@
  *    which hand out the whole SM's registers, keep it at one block per SM. A block's
  *    registers, barriers and tensor maps stay where they are from one item to the next.
  * 2. Who takes what is decided as the blocks run, as the hardware's block dispatcher did:
- *    the q tiles are one list, and a counter in the workspace hands out its next item to
- *    the block whose producer is ready for it (TileScheduler). Under a causal mask the list
+ *    the q tiles are one list; block b starts with item b, and after that a counter in the
+ *    workspace hands out the list's next item to the block whose producer is ready for it
+ *    (TileScheduler). Under a causal mask the list
  *    runs longest first across a few heads at a time, so the shortest items come last and
  *    the SMs end together; the blocks running at one time share the K and V of those few
  *    heads, which the L2 serves to all their q tiles. The last block out sets the counter
