@@ -18,11 +18,10 @@
  * 2. Who takes what is decided as the blocks run, as the hardware's block dispatcher did:
  *    the q tiles are one list; block b starts with item b, and after that a counter in the
  *    workspace hands out the list's next item to the block whose producer is ready for it
- *    (TileScheduler). Under a causal mask the list
- *    runs longest first across a few heads at a time, so the shortest items come last and
- *    the SMs end together; the blocks running at one time share the K and V of those few
- *    heads, which the L2 serves to all their q tiles. The last block out sets the counter
- *    back to zero for the next call.
+ *    (TileScheduler). Under a causal mask the list runs longest first across a few heads at
+ *    a time, so the shortest items come last and the SMs end together; the blocks running at
+ *    one time share the K and V of those few heads, which the L2 serves to all their q tiles.
+ *    The last block out sets the counter back to zero for the next call.
  * 3. The barrier phases run on from item to item: the item's key tile nb is the block's
  *    tile first_tile + nb, in stage (first_tile + nb) % STAGES, and Q's phases count the
  *    block's items. Nothing is initialised again, and the producer runs ahead across the
