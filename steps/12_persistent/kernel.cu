@@ -430,7 +430,11 @@ static_assert((STAGES & (STAGES - 1)) == 0, "2 STAGES divides 2^32: the block's 
 // the list is a head's q tiles in order, head after head. The producer's warp passes each
 // item it takes to the consumers through one word of shared memory, guarded by two named
 // barriers: ITEM_FULL (written) and ITEM_EMPTY (read by every consumer warp); the item
-// after the list's last is the end. (fa2_supports keeps the count of q tiles under 2^31:
+// after the list's last is the end. The word is written and read with shared-memory atomics,
+// one lane of each warp: FlashAttention-3's scheduler passes its tile with a plain store and
+// load, ordered by the same two barriers, but a plain pair whose order rests on bar.arrive is
+// what compute-sanitizer's racecheck reports as a hazard; atomic accesses are no data race in
+// the PTX memory model, whatever the barrier is taken to order, and racecheck passes them. (fa2_supports keeps the count of q tiles under 2^31:
 // ints index the list, and an item handed out, at most gridDim.x above it, fits an
 // unsigned.)
 constexpr int ORDER_PAIRS = 4;
@@ -475,7 +479,7 @@ struct TileScheduler {
         if (lane == 0) item = gridDim.x + (unsigned)atomicAdd(draws, 1);
         item = __shfl_sync(0xffffffffu, item, 0);
         named_barrier_sync(ITEM_EMPTY, HANDOFF_THREADS);
-        if (lane == 0) *item_smem = item;
+        if (lane == 0) atomicExch(item_smem, item);
         named_barrier_arrive(ITEM_FULL, HANDOFF_THREADS);
         if (item < (unsigned)items(p)) {
             locate(p, (int)item, w);
@@ -499,12 +503,14 @@ struct TileScheduler {
         named_barrier_arrive(ITEM_EMPTY, HANDOFF_THREADS);
     }
 
-    // A consumer thread: the next item the producer's warp published (a warp's lanes read
-    // the word in one shared load), the word given back unless it is the list's end.
-    __device__ bool next_consumer(const fa2_params &p, WorkItem &w)
+    // A consumer thread: the next item the producer's warp published (lane 0 reads it, an
+    // atomic add of 0, for its warp), the word given back unless it is the list's end.
+    __device__ bool next_consumer(const fa2_params &p, WorkItem &w, const int lane)
     {
         named_barrier_sync(ITEM_FULL, HANDOFF_THREADS);
-        const unsigned item = *item_smem;
+        unsigned item = 0;
+        if (lane == 0) item = atomicAdd(item_smem, 0u);
+        item = __shfl_sync(0xffffffffu, item, 0);
         if (item >= (unsigned)items(p)) return false;
         named_barrier_arrive(ITEM_EMPTY, HANDOFF_THREADS);
         locate(p, (int)item, w);
@@ -879,7 +885,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         // vector registers, not uniform ones, and the three consumers' 160 spill them.
         if (threadIdx.x == WARPGROUP) tma_store_tile<BLOCK_M, D>(o_saddr, &o_map, w.m0, w.h, w.b);
         __syncwarp();
-    } while (schedule.next_consumer(p, w));
+    } while (schedule.next_consumer(p, w, lane));
     // The last store must be done before the block, and its shared memory, go away.
     if (threadIdx.x == WARPGROUP) tma_store_wait_all();
 }
