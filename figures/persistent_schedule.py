@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
-"""Figure: step 12's tile scheduler at one shape: one row per block (one block per SM), its work
-items left to right in the order it takes them, each as long as its key tiles (its work under
-the causal mask; an item's time is not measured here). Colour: the head; the label: the q tile
-(and the head where there is room). A causal unit is a long tile followed by the short one of
-the same head, so each unit is m_blocks + 1 key tiles; the blocks that get one unit fewer end
-early (the grey remainder up to the last block's end).
-Data: build/scratch/persistent_schedule --format csv (the kernel's TileScheduler).
+"""Figure: step 12's work queue at one shape, under scratch/persistent_schedule's model: one row
+per block (one block per SM), its work items left to right in the order it takes them, each as
+long as its key tiles (its work under the causal mask; an item's time is not measured here).
+Colour: the head; the label: the q tile (and the head where there is room). The queue hands the
+list's next item to the block that frees first, and the list runs longest first across a few
+heads at a time, so the last items are the shortest and the blocks end close together (the grey
+remainder up to the last block's end).
+Data: build/scratch/persistent_schedule --format csv (the kernel's list, the model's queue).
 usage: python3 figures/persistent_schedule.py DATA.csv OUT.svg"""
 import sys
 
@@ -51,13 +52,11 @@ height = 3 + blocks * 0.105
 fig.subplots_adjust(top=1 - 0.75 / height, bottom=1.1 / height)
 fig.legend(handles=[Patch(facecolor=colour[bh], label=f"head {bh[1]}" + (f", batch {bh[0]}" if bh[0] else ""))
                     for bh in shown], loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=8, frameon=False, fontsize=8)
-units = len({r["unit"] for r in items})
-fig.suptitle(f"step 12's persistent schedule at B{max(r['batch'] for r in items) + 1} H{len({r['head'] for r in items})} "
-             f"N{m_blocks * block_m} causal, {blocks} blocks (one per SM): {units} units of two q tiles of {block_m} "
-             f"rows, the longest with the shortest of one head\n(q tiles {m_blocks - 1} - k and k: {m_blocks + 1} key "
-             f"tiles each); block b takes units b, b + {blocks}, ..., and in a unit the long tile first. "
-             f"Last block done at {makespan} key tiles, {100 * (makespan - mean) / mean:.1f}% past the mean; "
-             "grey: a block idle until then\n"
-             "data: build/scratch/persistent_schedule --format csv (TileScheduler of steps/12_persistent/kernel.cu)",
-             fontsize=9.5, y=1.0)
+fig.suptitle(f"step 12's work queue at B{max(r['batch'] for r in items) + 1} H{len({r['head'] for r in items})} "
+             f"N{m_blocks * block_m} causal, {blocks} blocks (one per SM), {len(items)} q tiles of {block_m} rows: "
+             f"the list runs longest first across a few heads at a time,\nand the block that frees first takes the "
+             f"next item (a model: an item costs its key tiles plus one). Last block done at {makespan} key tiles, "
+             f"{100 * (makespan - mean) / mean:.1f}% past the mean; grey: a block idle until then\n"
+             "data: build/scratch/persistent_schedule --format csv (the list of steps/12_persistent/kernel.cu, the "
+             "model's queue)", fontsize=9.5, y=1.0)
 save(fig, sys.argv[2])

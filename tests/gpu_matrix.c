@@ -1155,6 +1155,12 @@ int main(int argc, char **argv)
         test_case c = shape(1, 5, 5, 4000, 20000, 128, 1, BF16);
         run_case(steps, nsteps, &c);
     }
+    /* Causal with 6 (batch, head) pairs, a batch boundary inside the first: the persistent
+     * step's causal list runs longest first over 4 pairs at a time, then the 2 left. */
+    for (int d = 64; d <= 128; d += 64) {
+        test_case c = shape(2, 3, 3, 300, 300, d, 1, d == 64 ? FP16 : BF16);
+        run_case(steps, nsteps, &c);
+    }
     /* Q and O of more than 2^31 elements: 524,300 x 32 heads x 128. */
     {
         test_case c = shape(1, 32, 8, 524300, 130, 128, 0, FP16);

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Proves the GPU matrix fails on bugs it exists to catch. Each mutant is a step (07, the
-# tuned kernel; 08, its loads on TMA; 13, the split-KV decode kernel: among its bugs, a tile's
+# tuned kernel; 08, its loads on TMA; 12, the persistent kernel: its work queue's counter not
+# reset for the next call, the causal order's short last section read as a full one; 13, the
+# split-KV decode kernel: among its bugs, a tile's
 # last block that leaves its arrival counter at `splits` (the matrix's second call on the same
 # workspace then merges nothing), a block with an empty key range that never arrives, and with
 # per-sequence lengths a merge that waits for the most splits instead of its tile's, a tile's
@@ -39,6 +41,8 @@ mutants=(
   "07|heads_as_batch|h = blockIdx.y, b = blockIdx.z|h = blockIdx.z % p.heads_q, b = blockIdx.y % p.batch"
   "08|slab_as_row_half|kk / 4 * L::Q_SLAB_BYTES|kk / 4 * 128"
   "08|no_swizzle_in_map|CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B|CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B"
+  "12|persistent_queue_not_reset|*draws = 0;|(void)draws;"
+  "12|persistent_order_short_section|const int section_pairs = min(ORDER_PAIRS, pairs - section * ORDER_PAIRS);|const int section_pairs = ORDER_PAIRS;"
   "13|merge_unnormalised|exp2_approx((lse_s[i] - row_lse) * LOG2E)|exp2_approx((lse_s[i] - lse_shift) * LOG2E)"
   "13|counter_not_reset|*counter = 0;|(void)counter;"
   "13|empty_range_not_counted|last = atomicAdd(counter, 1) == splits - 1;|last = tile_lo < tile_hi && atomicAdd(counter, 1) == splits - 1;"

@@ -11,16 +11,17 @@
  * first K and V tiles and to run its first S alone; and the block that ends spends its
  * last microseconds on a softmax, a P V and the O store with nothing queued behind them.
  *
- * 1. The grid is min(units, SMs) blocks, the SM count from the device limits
+ * 1. The grid is min(q tiles, SMs) blocks, the SM count from the device limits
  *    (common/device_limits.h); __launch_bounds__(THREADS, 1) and setmaxnreg's budgets,
  *    which hand out the whole SM's registers, keep it at one block per SM. A block's
  *    registers, barriers and tensor maps stay where they are from one item to the next.
- * 2. Who takes what is fixed before the start (TileScheduler), so the scheduler, not the
- *    hardware's block dispatcher, balances the SMs. Work comes in units of equal work:
- *    one q tile, or under a causal mask the tile that sees the most keys with the one that
- *    sees the fewest (step 11's longest-first block order is gone). Block b takes units
- *    b, b + gridDim.x, ...; a head's units are consecutive, so the blocks running at one
- *    time share the K and V of a few heads, which the L2 serves to all their q tiles.
+ * 2. Who takes what is decided as the blocks run, as the hardware's block dispatcher did:
+ *    the q tiles are one list; block b starts with item b, and after that a counter in the
+ *    workspace hands out the list's next item to the block whose producer is ready for it
+ *    (TileScheduler). Under a causal mask the list runs longest first across a few heads at
+ *    a time, so the shortest items come last and the SMs end together; the blocks running at
+ *    one time share the K and V of those few heads, which the L2 serves to all their q tiles.
+ *    The last block out sets the counter back to zero for the next call.
  * 3. The barrier phases run on from item to item: the item's key tile nb is the block's
  *    tile first_tile + nb, in stage (first_tile + nb) % STAGES, and Q's phases count the
  *    block's items. Nothing is initialised again, and the producer runs ahead across the
@@ -41,9 +42,9 @@
  *    with no next item behind them a TMA store would only change who moves them. The
  *    copy clips the rows past seqlen_q (elements outside the tensor are not written),
  *    where step 11 tested each row.
- * 6. With the scheduler's paired causal units three consumers at d64 lost to two (a 192-row
- *    tile wastes more of the key tiles that cross the diagonal): they are taken only
- *    without a causal mask (docs/measurements/12_persistent.md).
+ * 6. Under a causal mask three consumers at d64 lost to two (a 192-row tile wastes more of
+ *    the key tiles that cross the diagonal): they are taken only without a causal mask
+ *    (docs/measurements/12_persistent.md).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
@@ -116,7 +117,8 @@ struct SmemLayout {
     static constexpr uint32_t K = O + C::BLOCK_M * D * 2;                  // [STAGES][D / 64][BLOCK_N][64]
     static constexpr uint32_t V = K + STAGES * STAGE_BYTES;               // [STAGES][D / 64][BLOCK_N][64]
     static constexpr uint32_t BARRIERS = V + STAGES * STAGE_BYTES;        // q_full, q_empty, then k_full, v_full, k_empty, v_empty of each stage
-    static constexpr uint32_t BYTES = BARRIERS + (2 + 4 * STAGES) * 8 + SWIZZLE_ATOM;  // + room to align the start
+    static constexpr uint32_t ITEM = BARRIERS + (2 + 4 * STAGES) * 8;     // unsigned: the work item the producer's warp took last
+    static constexpr uint32_t BYTES = ITEM + 16 + SWIZZLE_ATOM;           // + room to align the start
     static_assert(Q_SLAB_BYTES % SWIZZLE_ATOM == 0 && KV_SLAB_BYTES % SWIZZLE_ATOM == 0,
                   "every slab starts on a 1024-byte boundary, where TMA's 128-byte swizzle is anchored");
     static_assert(BYTES <= 227 * 1024, "an sm_90 block may have at most 227 KB of dynamic shared memory");
@@ -412,54 +414,118 @@ struct WorkItem {
 };
 static_assert((STAGES & (STAGES - 1)) == 0, "2 STAGES divides 2^32: the block's tile clock may wrap around");
 
-// Who computes what. The work is handed out in units: one q tile of one (batch, head)
-// pair, or under a causal mask two, q tiles m_blocks - 1 - k and k of the pair: those see
-// the most and the fewest keys, and as a tile's keys grow linearly with its index every
-// such unit has about the same number of key tiles (m_blocks + 1 with Nq = Nk). Block b
-// takes units b, b + gridDim.x, ...: with equal units the blocks finish together, whatever
-// the shape. Unit u belongs to pair u / units_per_pair, so the units that run at one time
-// are the q tiles of a few heads (query heads of one GQA group are consecutive and share
-// one K and V): each K/V tile is read from memory about once per head and hit in L2 by
-// the head's other q tiles. The producer's thread and every consumer thread walk the same
-// items, each with a scheduler of its own, which holds nothing but j: the rest it computes
-// from the params at each call. (fa2_supports keeps the count of q tiles under 2^31: ints
-// suffice, and u < units + gridDim.x an unsigned.)
-template <typename C>
+// Who computes what, decided while the blocks run. The work items are the q tiles of every
+// (batch, head) pair in one list. Block b starts with item b; after that a counter in the
+// workspace hands out the list's next item to whichever block asks, so an SM whose items
+// ran short takes more, as the hardware's block dispatcher did for step 11. A block's
+// producer asks (atomicAdd) when it has issued its item's last load, a few key tiles before
+// the item ends: asked any earlier, the next item would go to the block that started its
+// item first, not to the one that will be free first. Under a causal mask an item's work grows
+// with its q tile, and the list runs longest first across ORDER_PAIRS pairs at a time:
+// q tile m_blocks - 1 of each of the section's pairs, then m_blocks - 2, and so on, so the
+// last items handed out are the shortest and the SMs end together; the section is small
+// enough that its K and V stay in L2 while its tiles run (FlashAttention-3's causal
+// scheduler orders its list the same way: Dao-AILab/flash-attention,
+// hopper/tile_scheduler.hpp). Without the mask every item is as long as every other, and
+// the list is a head's q tiles in order, head after head. The producer's warp passes each
+// item it takes to the consumers through one word of shared memory, guarded by two named
+// barriers: ITEM_FULL (written) and ITEM_EMPTY (read by every consumer warp); the item
+// after the list's last is the end. The word is written and read with shared-memory atomics,
+// one lane of each warp: FlashAttention-3's scheduler passes its tile with a plain store and
+// load, ordered by the same two barriers, but a plain pair whose order rests on bar.arrive is
+// what compute-sanitizer's racecheck reports as a hazard; atomic accesses are no data race in
+// the PTX memory model, whatever the barrier is taken to order, and racecheck passes them. (fa2_supports keeps the count of q tiles under 2^31:
+// ints index the list, and an item handed out, at most gridDim.x above it, fits an
+// unsigned.)
+constexpr int ORDER_PAIRS = 4;
+
+template <typename C, int ITEM_FULL, int ITEM_EMPTY>
 struct TileScheduler {
-    unsigned j = 0;  // the block's q tiles passed so far: tile j % 2 of its unit j / 2 (causal)
-    // Moves w on to the block's next work item, its clocks past the item before; false
-    // when there is none.
-    __device__ bool next(const fa2_params &p, WorkItem &w)
+    int *draws, *blocks_left;  // the workspace's two counters (fa2.h: zero when a call begins)
+    unsigned *item_smem;       // the item the producer's warp took last, for the consumers
+    static constexpr int HANDOFF_THREADS = 32 + C::WARPS * 32;  // the producer's warp and the consumers
+
+    __device__ static int items(const fa2_params &p) { return (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M * p.heads_q * p.batch; }
+
+    // Item `item` of the list into w, its clocks past the item before.
+    __device__ static void locate(const fa2_params &p, const int item, WorkItem &w)
     {
-        const int m_blocks = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M;
-        const int units_per_pair = p.causal ? (m_blocks + 1) / 2 : m_blocks, units = units_per_pair * p.heads_q * p.batch;
-        const unsigned tiles_per_unit = p.causal ? 2 : 1;
-        for (;; j++) {
-            const unsigned u = blockIdx.x + j / tiles_per_unit * gridDim.x;
-            if (u >= (unsigned)units) return false;
-            const int pair = (int)u / units_per_pair, k = (int)u % units_per_pair;
-            const int m_block = j % tiles_per_unit == 0 ? (p.causal ? m_blocks - 1 - k : k) : k;
-            if (j % tiles_per_unit == 1 && k == m_blocks - 1 - k) continue;  // an odd m_blocks: the middle tile alone
-            j++;
-            w.first_tile += w.n_blocks, w.ordinal++;
-            w.m0 = m_block * C::BLOCK_M, w.h = pair % p.heads_q, w.b = pair / p.heads_q;
-            w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
-            // Causal: key tiles past the last key the item's last row sees are skipped.
-            const int key_end = p.causal ? min(p.seqlen_k, max(0, w.m0 + C::BLOCK_M + p.seqlen_k - p.seqlen_q)) : p.seqlen_k;
-            w.n_blocks = (key_end + C::BLOCK_N - 1) / C::BLOCK_N;
+        const int m_blocks = (p.seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M, pairs = p.heads_q * p.batch;
+        int pair = item / m_blocks, m_block = item % m_blocks;  // without the mask: a head's tiles in order
+        if (p.causal) {  // longest first across a section of ORDER_PAIRS pairs (the last section may be short)
+            const int section = item / (ORDER_PAIRS * m_blocks), in_section = item % (ORDER_PAIRS * m_blocks);
+            const int section_pairs = min(ORDER_PAIRS, pairs - section * ORDER_PAIRS);
+            pair = section * ORDER_PAIRS + in_section % section_pairs;
+            m_block = m_blocks - 1 - in_section / section_pairs;
+        }
+        w.first_tile += w.n_blocks, w.ordinal++;
+        w.m0 = m_block * C::BLOCK_M, w.h = pair % p.heads_q, w.b = pair / p.heads_q;
+        w.h_kv = w.h / (p.heads_q / p.heads_kv);  // GQA: several query heads share one K/V head
+        // Causal: key tiles past the last key the item's last row sees are skipped.
+        const int key_end = p.causal ? min(p.seqlen_k, max(0, w.m0 + C::BLOCK_M + p.seqlen_k - p.seqlen_q)) : p.seqlen_k;
+        w.n_blocks = (key_end + C::BLOCK_N - 1) / C::BLOCK_N;
+    }
+
+    // The producer's warp: lane 0 takes the next item from the queue, and the warp publishes
+    // it once every consumer warp has read the one before (at once for the first: the
+    // consumers start with ITEM_EMPTY open). false at the list's end, and the block counts
+    // itself out; the last block out sets both counters to zero again for the next call
+    // (every block drew its last item before it counted itself out, and the fence orders
+    // the two).
+    __device__ bool next_producer(const fa2_params &p, WorkItem &w, const int lane)
+    {
+        __syncwarp();  // bar.sync and bar.arrive take the whole warp at once
+        unsigned item = 0;
+        if (lane == 0) item = gridDim.x + (unsigned)atomicAdd(draws, 1);
+        item = __shfl_sync(0xffffffffu, item, 0);
+        named_barrier_sync(ITEM_EMPTY, HANDOFF_THREADS);
+        if (lane == 0) atomicExch(item_smem, item);
+        named_barrier_arrive(ITEM_FULL, HANDOFF_THREADS);
+        if (item < (unsigned)items(p)) {
+            locate(p, (int)item, w);
             return true;
         }
+        if (lane == 0) {
+            __threadfence();
+            if (atomicAdd(blocks_left, 1) == (int)gridDim.x - 1) {
+                __threadfence();
+                *draws = 0;
+                *blocks_left = 0;
+            }
+        }
+        return false;
+    }
+
+    // A consumer thread: the block's first item, and the word opened to the producer's first publication.
+    __device__ void start_consumer(const fa2_params &p, WorkItem &w)
+    {
+        locate(p, blockIdx.x, w);
+        named_barrier_arrive(ITEM_EMPTY, HANDOFF_THREADS);
+    }
+
+    // A consumer thread: the next item the producer's warp published (lane 0 reads it, an
+    // atomic add of 0, for its warp), the word given back unless it is the list's end.
+    __device__ bool next_consumer(const fa2_params &p, WorkItem &w, const int lane)
+    {
+        named_barrier_sync(ITEM_FULL, HANDOFF_THREADS);
+        unsigned item = 0;
+        if (lane == 0) item = atomicAdd(item_smem, 0u);
+        item = __shfl_sync(0xffffffffu, item, 0);
+        if (item >= (unsigned)items(p)) return false;
+        named_barrier_arrive(ITEM_EMPTY, HANDOFF_THREADS);
+        locate(p, (int)item, w);
+        return true;
     }
 };
 
 // ---- the kernel --------------------------------------------------------------
 
-// One block per SM (or per unit of work, when there are fewer), for the whole launch,
-// each taking its share of the work items (TileScheduler).
+// One block per SM (or per work item, when there are fewer), for the whole launch, each
+// taking work items until none is left (TileScheduler; `queue`: its two counters).
 template <typename T, int D, typename C>
 __global__ void __launch_bounds__(C::THREADS, 1)
     fa2_wgmma_kernel(fa2_params p, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
-                   const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map)
+                   const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap o_map, int *queue)
 {
     constexpr int BLOCK_M = C::BLOCK_M, BLOCK_N = C::BLOCK_N, M_TILES = C::M_TILES;
     constexpr int CONSUMERS = C::CONSUMERS, CONSUMER_THREADS = C::WARPS * 32;  // after the producer's 128 threads
@@ -467,9 +533,10 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     static_assert(BLOCK_N % WG_K == 0, "P V consumes keys 16 at a time (the k of m64nNk16)");
     static_assert(STAGES >= 2, "the copy of tile nb + 1 needs its own buffer while tile nb is read");
     // Named barriers (0 is __syncthreads'): consumer c waits for its turn at the tensor
-    // cores on TURN + c, and the consumers meet for the epilogue on EPILOGUE.
-    constexpr int TURN = 1, EPILOGUE = TURN + CONSUMERS;
-    static_assert(EPILOGUE < 16, "a block has 16 named barriers, ids 0-15");
+    // cores on TURN + c, the consumers meet for the epilogue on EPILOGUE, and the work
+    // items pass from the producer's warp to them on ITEM_FULL and ITEM_EMPTY.
+    constexpr int TURN = 1, EPILOGUE = TURN + CONSUMERS, ITEM_FULL = EPILOGUE + 1, ITEM_EMPTY = ITEM_FULL + 1;
+    static_assert(ITEM_EMPTY < 16, "a block has 16 named barriers, ids 0-15");
     using L = SmemLayout<C, D>;
     extern __shared__ __align__(16) uint16_t smem[];
     // The tiles and barriers as shared-state-space byte addresses (_saddr), the form TMA,
@@ -488,8 +555,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     const uint32_t k_empty = v_full + STAGES * 8;                  // [STAGES]: every consumer warp is done with its K
     const uint32_t v_empty = k_empty + STAGES * 8;                 // [STAGES]: every consumer warp is done with its V
 
-    // This thread's walk over the block's work items, and the item it is at.
-    TileScheduler<C> schedule;
+    // The block's work items as the queue hands them out, and the item this thread is at.
+    TileScheduler<C, ITEM_FULL, ITEM_EMPTY> schedule{queue, queue + 1, reinterpret_cast<unsigned *>(reinterpret_cast<uint8_t *>(smem) + align_pad + L::ITEM)};
     WorkItem w;
     const int warp = threadIdx.x / 32 - WARPGROUP / 32, lane = threadIdx.x % 32;  // warp: the consumers' 0, 1, ...
     const int g = lane / 4, t = lane % 4;  // mma fragment coordinates: row group, thread in group
@@ -533,23 +600,27 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     }
     __syncthreads();  // the barriers are initialised before anyone waits on them
 
-    // The producer warpgroup: its registers go to the consumers, and thread 0 copies, item
-    // after item, Q once the consumers have released the item before's (q_empty: after its
-    // last S), then every key tile, STAGES ahead of the consumers at most: K_nb once the K
-    // STAGES block tiles back is released (after its S), V_nb once that V is (after its
-    // P V, a turn later).
+    // The producer warpgroup: its registers go to the consumers, and its first warp takes
+    // the work items, thread 0 copying, item after item, Q once the consumers have released
+    // the item before's (q_empty: after its last S), then every key tile, STAGES ahead of
+    // the consumers at most: K_nb once the K STAGES block tiles back is released (after its
+    // S), V_nb once that V is (after its P V, a turn later).
     if (threadIdx.x < WARPGROUP) {
         setmaxnreg_dec<C::PRODUCER_REGS>();
-        if (threadIdx.x == 0)
-            while (schedule.next(p, w)) {
-                mbarrier_wait(q_empty, (w.ordinal + 1) % 2);  // phase ordinal - 1: at once for the first item
-                mbarrier_arrive_expect_tx(q_full, BLOCK_M * D * 2);  // rows past seqlen_q land as zeros, and count
-                tma_load_tile<BLOCK_M, D>(q_saddr, &q_map, q_full, w.m0, w.h, w.b);
-                for (int nb = 0; nb < w.n_blocks; nb++) {
-                    load(nb, k_saddr, &k_map, k_full, k_empty);
-                    load(nb, v_saddr, &v_map, v_full, v_empty);
+        if (threadIdx.x < 32) {
+            schedule.locate(p, blockIdx.x, w);  // the block's first item: its own index, from no queue
+            do {
+                if (threadIdx.x == 0) {
+                    mbarrier_wait(q_empty, (w.ordinal + 1) % 2);  // phase ordinal - 1: at once for the first item
+                    mbarrier_arrive_expect_tx(q_full, BLOCK_M * D * 2);  // rows past seqlen_q land as zeros, and count
+                    tma_load_tile<BLOCK_M, D>(q_saddr, &q_map, q_full, w.m0, w.h, w.b);
+                    for (int nb = 0; nb < w.n_blocks; nb++) {
+                        load(nb, k_saddr, &k_map, k_full, k_empty);
+                        load(nb, v_saddr, &v_map, v_full, v_empty);
+                    }
                 }
-            }
+            } while (schedule.next_producer(p, w, lane));
+        }
         return;
     }
     // The consumer warpgroups: the rest of the kernel.
@@ -728,7 +799,8 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     };
 
     // The block's work items, one after another; the barrier phases run on from each to the next.
-    while (schedule.next(p, w)) {
+    schedule.start_consumer(p, w);
+    do {
 #pragma unroll
         for (int mt = 0; mt < M_TILES; mt++) {
 #pragma unroll
@@ -813,7 +885,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         // vector registers, not uniform ones, and the three consumers' 160 spill them.
         if (threadIdx.x == WARPGROUP) tma_store_tile<BLOCK_M, D>(o_saddr, &o_map, w.m0, w.h, w.b);
         __syncwarp();
-    }
+    } while (schedule.next_consumer(p, w, lane));
     // The last store must be done before the block, and its shared memory, go away.
     if (threadIdx.x == WARPGROUP) tma_store_wait_all();
 }
@@ -890,11 +962,12 @@ static int launch_with(const fa2_params *p, int sm_count, void *stream)
             return fa2_fail("cuTensorMapEncodeTiled", reason);
         }
     FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_wgmma_kernel<T, D, C>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-    // One block per SM, or per unit of work (TileScheduler: one q tile, two under a causal mask) when there are fewer.
-    const long long m_blocks = (p->seqlen_q + C::BLOCK_M - 1) / C::BLOCK_M;
-    const long long units = (p->causal ? (m_blocks + 1) / 2 : m_blocks) * p->heads_q * p->batch;
-    const unsigned blocks = (unsigned)(units < sm_count ? units : sm_count);
-    fa2_wgmma_kernel<T, D, C><<<blocks, C::THREADS, smem_bytes, (cudaStream_t)stream>>>(*p, maps[0], maps[1], maps[2], maps[3]);
+    // One block per SM, or per work item (a q tile) when there are fewer; the queue is the
+    // last 16 bytes of the workspace's counters (fa2.h), zero when the call begins.
+    const long long items = work_items(p, C::BLOCK_M);
+    const unsigned blocks = (unsigned)(items < sm_count ? items : sm_count);
+    int *queue = (int *)((char *)p->workspace + fa2_workspace_counter_bytes(p)) - 4;
+    fa2_wgmma_kernel<T, D, C><<<blocks, C::THREADS, smem_bytes, (cudaStream_t)stream>>>(*p, maps[0], maps[1], maps[2], maps[3], queue);
     FA2_CUDA_TRY(cudaGetLastError());
     return FA2_OK;
 }
@@ -911,7 +984,9 @@ static int launch(const fa2_params *p, void *stream)
                                      : launch_with<T, D, FewItemsConfig>(p, l.sm_count, stream);
 }
 
-extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
+// Whether the params themselves are ones this step computes (the GPU aside): the ABI's
+// checks, and this step's own.
+static int params_supported(const fa2_params *p, char *why, size_t why_len)
 {
     if (!fa2_validate_params(p, why, why_len) || !fa2_refuse_kv_cache(p, why, why_len)) return 0;
     if (p->head_dim != 64 && p->head_dim != 128) {
@@ -934,6 +1009,16 @@ extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
                           items, FewItemsConfig::BLOCK_M);
         return 0;
     }
+    return 1;
+}
+
+// The work queue's two counters (TileScheduler), in the counters every forward workspace
+// starts with (fa2.h); none for params the step refuses.
+extern "C" size_t fa2_workspace_size(const fa2_params *p) { return params_supported(p, NULL, 0) ? fa2_workspace_counter_bytes(p) : 0; }
+
+extern "C" int fa2_supports(const fa2_params *p, char *why, size_t why_len)
+{
+    if (!params_supported(p, why, why_len) || !fa2_validate_workspace(p, fa2_workspace_size(p), why, why_len)) return 0;
     // The device (common/device_limits.h: the GPU's own, or FA2_EMULATE's). With no GPU
     // nothing can launch, and the harness says so itself.
     fa2_limits l;
@@ -999,7 +1084,6 @@ extern "C" int fa2_forward(const fa2_params *p, void *stream)
 extern "C" const char *fa2_name(void) { return "12_persistent"; }
 extern "C" const char *fa2_key_change(void) { return "one block per SM loops over the work items: the next item's loads and the last one's O store overlap"; }
 extern "C" int fa2_runs_on_gpu(void) { return 1; }
-extern "C" size_t fa2_workspace_size(const fa2_params *) { return 0; }  // one pass: no partial results
 
 // No backward in this step: every call is refused in one line (the params' own refusal
 // where they are bad), and nothing is touched.
