@@ -29,6 +29,9 @@
 #   it (tests/gpu_matrix.c checks the backward over its cases); torch's, on the GPU in fp64, always.
 #   ROUNDS (default 3) rounds; ITERS (default 50) timed launches per contender per round, after
 #   3 untimed ones (the first loads the module; a round's median needs no more warm-up).
+#   STEPS (default: every step the set runs) the steps to time, by number ("11 12" or 11,12):
+#   the others are left out, the cuBLAS baseline and torch stay (a step and its neighbour, or
+#   a changed step against torch, in minutes where every step takes a quarter of an hour).
 # Needs the binaries built (make all). Writes a new pair of files per run:
 #   results/compare-<gpu>-<date>[-N].csv   one row per contender, shape and round (the
 #                                          harness's columns, page_size and seqlens_k last);
@@ -54,6 +57,14 @@ backward=$([ "$set_name" = backward ] && echo 1 || echo 0)
 BWD_FULL_CHECK_MACS=4294967296  # 2^32: the fp64 backward on the CPU does about nine per count
 case $ROUNDS in ''|*[!0-9]*|0) echo "error: compare.sh: ROUNDS='$ROUNDS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 case $ITERS in ''|*[!0-9]*|0) echo "error: compare.sh: ITERS='$ITERS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
+STEPS=${STEPS:-}
+step_ids=" "  # the steps STEPS names, each once, between spaces
+for id in ${STEPS//,/ }; do
+  if [[ $id != [0-9][0-9] ]] || ! compgen -G "steps/${id}_*/kernel.c*" >/dev/null; then
+    echo "error: compare.sh: STEPS='$STEPS' is not allowed (allowed: step numbers of steps/, two digits each, as \"11 12\")" >&2; exit 2
+  fi
+  [[ $step_ids == *" $id "* ]] || step_ids+="$id "
+done
 # Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype[ options]", each once.
 # shellcheck source=reference/shapes.sh
 . reference/shapes.sh
@@ -76,9 +87,18 @@ for dir in steps/[0-9][0-9]_*; do
   # every other set: not the steps named *_backward (14, 15), which teach the backward; their
   # forward is another step's (07's, 10's), timed under that step's own name
   [ $backward = 0 ] && [[ $dir == *_backward ]] && continue
-  bin=build/step$(basename "$dir" | cut -c1-2)/fa2
+  id=$(basename "$dir" | cut -c1-2)
+  [ -n "$STEPS" ] && [[ $step_ids != *" $id "* ]] && continue
+  step_ids=${step_ids/ $id / }  # found: what is left of STEPS the set does not run
+  bin=build/step$id/fa2
   [ -x "$bin" ] && step_bins+=("$bin") || missing+=("$bin")
 done
+if [ -n "$STEPS" ] && [ -n "${step_ids// /}" ]; then
+  # shellcheck disable=SC2086  # split on purpose: the ids, one space apart
+  left=$(echo $step_ids)
+  echo "error: compare.sh: STEPS='$STEPS' names $left, which SHAPES=$set_name does not run (steps 14 and 15 time in SHAPES=backward alone, and that set only the steps with a backward)" >&2
+  exit 2
+fi
 for bin in build/reference/cublas/fa2 build/reference/mma_ceiling build/reference/wgmma_ceiling build/reference/bandwidth_ceiling; do [ -x "$bin" ] || missing+=("$bin"); done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "error: compare.sh: not built: ${missing[*]} (build them first: make all)" >&2

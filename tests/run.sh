@@ -385,6 +385,14 @@ for set in bench decode backward; do
   esac && result PASS "... which, SHAPES=$set, would run $bins" ||
     result FAIL "compare.sh SHAPES=$set: steps 14 and 15 in SHAPES=backward alone" "it would run $bins"
 done
+# STEPS: the steps named alone (the cuBLAS baseline and the ceilings stay), and one line for a
+# name that is no step or a step the set does not run.
+expect_error 2 "compare.sh STEPS='11 12' with nothing built" env PATH="$PWD/$cmp_dir/bin:$PATH" STEPS="11 12" bash "$cmp_dir/reference/compare.sh" bench
+bins=$(grep -o 'build/step[0-9][0-9]/fa2' "$LOG/cli.err" | tr '\n' ' ')
+[ "$bins" = "build/step11/fa2 build/step12/fa2 " ] && result PASS "... which would run steps 11 and 12 alone" ||
+  result FAIL "compare.sh STEPS='11 12'" "it would run $bins"
+expect_error 2 "compare.sh refuses STEPS naming no step" env STEPS="11 99" bash reference/compare.sh bench
+expect_error 2 "compare.sh refuses STEPS naming a step SHAPES=bench does not run" env PATH="$PWD/$cmp_dir/bin:$PATH" STEPS=14 bash "$cmp_dir/reference/compare.sh" bench
 n=$(bash -c '. reference/shapes.sh; shapes_of backward' | wc -l)
 [ "$n" = 6 ] && result PASS "reference/shapes.txt has the six backward shapes" || result FAIL "the backward set of shapes.txt" "$n shapes, want 6"
 # A decode run's rows with a KV cache, as compare.sh SHAPES=decode writes them (page_size and
