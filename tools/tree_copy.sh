@@ -12,12 +12,18 @@ tree_copy() {
   local dst=$1 build_log=$2 overlay=${3:-}
   if [ ! -f "$dst/.built" ]; then
     [ -z "$overlay" ] || [ -d ".ab-base/$overlay" ] || { echo "overlay .ab-base/$overlay is missing: stopping" >&2; return 3; }
-    rm -rf "$dst" && mkdir -p "$dst"
-    tar --exclude=./build --exclude=./.ab-base --exclude=./.git -cf - . | tar -xf - -C "$dst"
+    copy_tree "$dst" >/dev/null
     [ -z "$overlay" ] || cp -r ".ab-base/$overlay/." "$dst/"
     (cd "$dst" && make -s -j16 all >"$build_log" 2>&1) && touch "$dst/.built"
   fi
   echo "$dst"
+}
+
+#   copy_tree DST
+# makes DST afresh from the work tree without build/, .ab-base/ and .git/, builds nothing, and
+# prints DST (a run that builds only the binaries it times).
+copy_tree() {
+  rm -rf "$1" && mkdir -p "$1" && tar --exclude=./build --exclude=./.ab-base --exclude=./.git -cf - . | tar -xf - -C "$1" && echo "$1"
 }
 
 # What every GPU run script does first, after sourcing this file:

@@ -23,11 +23,7 @@ cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
 run_start "${1:?usage: run106.sh LOGDIR}"
 ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
-tree=$PWD/build/tree106
-rm -rf "$tree" && mkdir -p "$tree"
-tar --exclude=./build --exclude=./.ab-base --exclude=./.git -cf - . | tar -xf - -C "$tree"
-cd "$tree" || exit 2
-mkdir -p build/ab
+cd "$(copy_tree "$PWD/build/tree106")" && mkdir -p build/ab || exit 2
 src=steps/12_persistent/kernel.cu
 python3 tools/variant_src.py $src build/ab/step12-plain.cu \
   "if (lane == 0) atomicExch(item_smem, item);" "if (lane == 0) *item_smem = item;" \
