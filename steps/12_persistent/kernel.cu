@@ -432,11 +432,11 @@ static_assert((STAGES & (STAGES - 1)) == 0, "2 STAGES divides 2^32: the block's 
 // barriers: ITEM_FULL (written) and ITEM_EMPTY (read by every consumer warp); the item
 // after the list's last is the end. The word is written and read with shared-memory atomics,
 // one lane of each warp: FlashAttention-3's scheduler passes its tile with a plain store and
-// load, ordered by the same two barriers, but a plain pair whose order rests on bar.arrive is
-// what compute-sanitizer's racecheck reports as a hazard; atomic accesses are no data race in
-// the PTX memory model, whatever the barrier is taken to order, and racecheck passes them. (fa2_supports keeps the count of q tiles under 2^31:
-// ints index the list, and an item handed out, at most gridDim.x above it, fits an
-// unsigned.)
+// load on the same two barriers, but a plain pair whose order rests on bar.arrive is what
+// compute-sanitizer's racecheck reports as a hazard. Atomic accesses are never a data race in
+// the PTX memory model, and racecheck passes them; which item a consumer reads is still the
+// barriers' doing. (fa2_supports keeps the count of q tiles under 2^31: ints index the list,
+// and an item handed out, at most gridDim.x above it, fits an unsigned.)
 constexpr int ORDER_PAIRS = 4;
 
 template <typename C, int ITEM_FULL, int ITEM_EMPTY>
