@@ -47,15 +47,25 @@ copy_of() { tree_copy "$PWD/$trees-$1" "$log/build-$1.log" "$([ "$1" = main ] ||
 # check_step NN NAME: step NN's GPU matrix and compute-sanitizer (at once) in NAME's copy, their
 # logs gzipped into LOGDIR; fails on any FAIL line.
 check_step() {
-  local id=$1 name=$2 tree failed
-  tree=$(copy_of "$name") || return 3
-  (cd "$tree" && bash tools/sanitize.sh "build/step$id/fa2") >"$log/sanitize$id-$name.log" 2>&1 &
-  (cd "$tree" && "build/tests/gpu_matrix" "build/step$id/libfa2.so") >"$log/matrix$id-$name.log" 2>&1
-  stage "gpu_matrix step $id $name: exit $?: $(grep -c "^PASS ${id}_" "$log/matrix$id-$name.log") PASS $(grep -c "^FAIL ${id}_" "$log/matrix$id-$name.log") FAIL"
+  local tree
+  tree=$(copy_of "$2") || return 3
+  (cd "$tree" && check_binaries "$1" "$2" "build/step$1/fa2" "build/step$1/libfa2.so")
+}
+
+# check_binaries NN NAME BINARY LIBRARY: the same for a build of step NN in the current
+# directory (a variant's: build/variants/X/fa2 and libfa2.so): the GPU matrix on LIBRARY,
+# compute-sanitizer on BINARY, the first FAIL lines into LOGDIR's progress, the logs
+# (matrixNN-NAME.log, sanitizeNN-NAME.log) gzipped; fails on any FAIL line.
+check_binaries() {
+  local id=$1 name=$2 matrix="$log/matrix$1-$2.log" sanitize="$log/sanitize$1-$2.log" failed
+  bash tools/sanitize.sh "$3" >"$sanitize" 2>&1 &
+  build/tests/gpu_matrix "$4" >"$matrix" 2>&1
+  stage "gpu_matrix step $id $name: exit $?: $(grep -c "^PASS ${id}_" "$matrix") PASS $(grep -c "^FAIL ${id}_" "$matrix") FAIL"
   wait $!
-  stage "  sanitize step $id $name: $(grep -c '^PASS' "$log/sanitize$id-$name.log") PASS $(grep -c '^FAIL' "$log/sanitize$id-$name.log") FAIL"
-  failed=$(cat "$log/matrix$id-$name.log" "$log/sanitize$id-$name.log" | grep -c '^FAIL')
-  gzip -f "$log/matrix$id-$name.log" "$log/sanitize$id-$name.log"
+  stage "  sanitize step $id $name: $(grep -c '^PASS' "$sanitize") PASS $(grep -c '^FAIL' "$sanitize") FAIL"
+  grep -h '^FAIL' "$matrix" "$sanitize" | head -n 20 | tee -a "$log/progress.txt"
+  failed=$(cat "$matrix" "$sanitize" | grep -c '^FAIL')
+  gzip -f "$matrix" "$sanitize"
   [ "$failed" = 0 ]
 }
 

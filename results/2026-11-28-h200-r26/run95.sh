@@ -29,7 +29,8 @@
 #   profile13warm=NAME the same after three calls (SKIP=3): a warm launch
 #   probe=NAME        reference/bandwidth_ceiling at 128 MiB (B1's and B2's K and V), 256 MiB and
 #                     1 GiB, after no flush, the timing's memset and the read flush (run 89's probe)
-#   ab12with11=NAME   tools/ab.sh, 3 rounds, bench: main's step 11, main's step 12, NAME's step 12
+#   ab12with11=NAME[:ROUNDS]  tools/ab.sh, ROUNDS (default 3) rounds, bench: main's step 11,
+#                     main's step 12, NAME's step 12
 #   consumers10=NAME  step 10 rebuilt with two consumer warpgroups where it takes three (d64 on
 #                     grids of more 128-row blocks than SMs), its GPU matrix, then tools/ab.sh, 3
 #                     rounds, at the bench set against NAME's step 10 (the 3.1% step 10 lost to
@@ -146,8 +147,9 @@ for what in "$@"; do
     ab12with11=*)
       # step 12 of NAME against main's, with main's step 11 in the same rounds (the ladder's
       # ratio 12 / 11 of NAME's step without a whole compare)
+      rounds=3; [[ $what == *:* ]] && rounds=${what##*:}
       tree=$(copy_of "$name") && main_tree=$(copy_of main) &&
-        (cd "$tree" && bash tools/ab.sh "$log/ab12with11-$name.csv" 3 bench main11="$main_tree/build/step11/fa2" \
+        (cd "$tree" && bash tools/ab.sh "$log/ab12with11-$name.csv" "$rounds" bench main11="$main_tree/build/step11/fa2" \
           main="$main_tree/build/step12/fa2" new="build/step12/fa2") >"$log/ab12with11-$name.log" 2>&1
       stage "ab step 12 $name with step 11: exit $?"; grep -A40 '^medians' "$log/ab12with11-$name.log" | tee -a "$log/progress.txt" ;;
     consumers10=*)
@@ -169,7 +171,7 @@ for what in "$@"; do
         stage "ab step 10 two consumers: exit $?"; grep -A40 '^medians' "$log/ab10-two-consumers.log" | tee -a "$log/progress.txt"
       fi
       gzip -f "$log/matrix10-two-consumers.log" ;;
-    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME, consumers10=NAME, ab12with11=NAME, probe=NAME)" ;;
+    *) stage "unknown stage $what (allowed: check=NAME:NN, ab=NAME:NN, await=LOGDIR:NAME, test=NAME, compare=NAME:SET, profile13=NAME, profile13warm=NAME, profile14=NAME, stages13=NAME, consumers10=NAME, ab12with11=NAME[:ROUNDS], probe=NAME)" ;;
   esac
 done
 stage "done"

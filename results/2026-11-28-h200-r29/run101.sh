@@ -19,9 +19,7 @@ run_start "${1:?usage: run101.sh LOGDIR}"
 ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
 # A copy of the tree to build and run in (a device call's sync rewrites the work tree), with
 # the branches' kernels beside main's.
-tree=$PWD/build/tree101
-rm -rf "$tree" && mkdir -p "$tree/build/ab"
-tar --exclude=./build --exclude=./.ab-base --exclude=./.git -cf - . | tar -xf - -C "$tree"
+tree=$(copy_tree "$PWD/build/tree101") && mkdir -p "$tree/build/ab" || exit 2
 cp .ab-base/wip-26-snake/steps/12_persistent/kernel.cu "$tree/build/ab/step12-snake.cu" &&
   cp .ab-base/wip-26-dynamic-schedule/steps/12_persistent/kernel.cu "$tree/build/ab/step12-queue.cu" || { stage "an overlay is missing: stopping"; exit 3; }
 cd "$tree" || exit 2
@@ -32,13 +30,7 @@ for v in read snake queue; do make -s step=12 variant NAME=${v}12 SRC=build/ab/s
 wait
 for v in read snake queue; do [ -x build/variants/${v}12/fa2 ] || { stage "variant $v did not build"; exit 1; }; done
 stage "built"
-(bash tools/sanitize.sh build/variants/snake12/fa2) >"$log/sanitize12-snake.log" 2>&1 &
-build/tests/gpu_matrix build/variants/snake12/libfa2.so >"$log/matrix12-snake.log" 2>&1
-stage "gpu_matrix step 12 snake: exit $?: $(grep -c '^PASS' "$log/matrix12-snake.log") PASS $(grep -c '^FAIL' "$log/matrix12-snake.log") FAIL"
-wait
-stage "  sanitize step 12 snake: $(grep -c '^PASS' "$log/sanitize12-snake.log") PASS $(grep -c '^FAIL' "$log/sanitize12-snake.log") FAIL"
-grep '^FAIL' "$log/matrix12-snake.log" "$log/sanitize12-snake.log" | head -n 20 | tee -a "$log/progress.txt"
-gzip -f "$log/matrix12-snake.log" "$log/sanitize12-snake.log"
+check_binaries 12 snake build/variants/snake12/fa2 build/variants/snake12/libfa2.so
 bash tools/ab.sh "$log/ab101.csv" 5 bench main11=build/step11/fa2 main12=build/step12/fa2 read12=build/variants/read12/fa2 \
   snake12=build/variants/snake12/fa2 queue12=build/variants/queue12/fa2 >"$log/ab101.log" 2>&1
 stage "ab: exit $?"

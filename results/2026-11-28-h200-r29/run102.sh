@@ -4,7 +4,9 @@
 # which form of its item handoff compute-sanitizer's racecheck follows (run100.sh beside run 99's
 # record), its whole check (GPU matrix with every preset, compute-sanitizer, its planted bugs:
 # run95.sh's check stage), both at once; then tools/ab.sh, 7 rounds, at the bench set: main's
-# steps 11 and 12 against the branch's step 12. About eight minutes.
+# steps 11 and 12 against the branch's step 12 (run95.sh's ab12with11 stage). About eight
+# minutes. Run 103 was its second half alone, on the branch with the atomic word:
+#   bash results/2026-11-28-h200-r26/run95.sh LOGDIR check=wip-26-dynamic-schedule:12 ab12with11=wip-26-dynamic-schedule:7
 # On this machine beforehand: bash results/2026-11-24-h100-r22/run89.sh --overlays wip/26-dynamic-schedule
 # then on the GPU machine, .ab-base carried, in a process session of its own:
 #   mkdir -p build && setsid nohup bash results/2026-11-28-h200-r29/run102.sh build/run102 >build/run102.out 2>&1 </dev/null &
@@ -17,14 +19,10 @@ ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
 [ -d .ab-base/wip-26-dynamic-schedule ] || { stage "overlay .ab-base/wip-26-dynamic-schedule is missing: stopping"; exit 3; }
 bash results/2026-11-28-h200-r28/run100.sh "$log" >"$log/run100.out" 2>&1 &
 handoff=$!
-bash results/2026-11-28-h200-r26/run95.sh "$log/check" check=wip-26-dynamic-schedule:12 >"$log/check.out" 2>&1
+bash results/2026-11-28-h200-r26/run95.sh "$log/queue" check=wip-26-dynamic-schedule:12 ab12with11=wip-26-dynamic-schedule:7 \
+  >"$log/queue.out" 2>&1
 wait $handoff
 stage "handoff forms under racecheck (run100.sh): exit $?"; tee -a "$log/progress.txt" <"$log/run100.out"
-grep -v ' start on \| done$' "$log/check/progress.txt" | tee -a "$log/progress.txt"
-main_tree=$(copy_of main) && queue_tree=$(copy_of wip-26-dynamic-schedule) || { stage "no tree: stopping"; exit 1; }
-(cd "$queue_tree" && bash tools/ab.sh "$log/ab102.csv" 7 bench main11="$main_tree/build/step11/fa2" \
-  main12="$main_tree/build/step12/fa2" queue12=build/step12/fa2) >"$log/ab102.log" 2>&1
-stage "ab: exit $?"
-grep -A20 '^medians' "$log/ab102.log" | tee -a "$log/progress.txt"
+grep -v ' start on \| done$' "$log/queue/progress.txt" | tee -a "$log/progress.txt"
 for f in "$log"/run100-*.log; do gzip -f "$f"; done
 stage "done"

@@ -29,13 +29,7 @@ python3 tools/variant_src.py steps/12_persistent/kernel.cu build/ab/step12-early
                         if (nb == w.n_blocks - 1) schedule.drawn = gridDim.x + (unsigned)atomicAdd(schedule.draws, 1);" &&
   make -s step=12 variant NAME=early12 SRC=build/ab/step12-early.cu >"$log/build-early.log" 2>&1 || { stage "variant early did not build"; exit 1; }
 stage "built"
-(bash tools/sanitize.sh build/variants/early12/fa2) >"$log/sanitize12-early.log" 2>&1 &
-build/tests/gpu_matrix build/variants/early12/libfa2.so >"$log/matrix12-early.log" 2>&1
-stage "gpu_matrix step 12 early: exit $?: $(grep -c '^PASS' "$log/matrix12-early.log") PASS $(grep -c '^FAIL' "$log/matrix12-early.log") FAIL"
-wait
-stage "  sanitize step 12 early: $(grep -c '^PASS' "$log/sanitize12-early.log") PASS $(grep -c '^FAIL' "$log/sanitize12-early.log") FAIL"
-grep '^FAIL' "$log/matrix12-early.log" "$log/sanitize12-early.log" | head -n 20 | tee -a "$log/progress.txt"
-gzip -f "$log/matrix12-early.log" "$log/sanitize12-early.log"
+check_binaries 12 early build/variants/early12/fa2 build/variants/early12/libfa2.so
 bash tools/ab.sh "$log/ab104.csv" 5 bench main11="$main_tree/build/step11/fa2" main12="$main_tree/build/step12/fa2" \
   queue12=build/step12/fa2 early12=build/variants/early12/fa2 >"$log/ab104.log" 2>&1
 stage "ab: exit $?"

@@ -13,10 +13,7 @@ cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
 run_start "${1:?usage: run105.sh LOGDIR [LIMIT]}"
 ps -o pgid= $$ | tr -d ' ' >"$log/pgid"
-tree=$PWD/build/tree105
-rm -rf "$tree" && mkdir -p "$tree"
-tar --exclude=./build --exclude=./.ab-base --exclude=./.git -cf - . | tar -xf - -C "$tree"
-cd "$tree" || exit 2
+cd "$(copy_tree "$PWD/build/tree105")" || exit 2
 make -s -j16 build/step11/fa2 build/step12/fa2 build/reference/cublas/fa2 build/reference/mma_ceiling \
   build/reference/wgmma_ceiling build/reference/bandwidth_ceiling >"$log/build.log" 2>&1 || { stage "build failed"; exit 1; }
 find steps -mindepth 1 -maxdepth 1 -type d ! -name '11_*' ! -name '12_*' -exec rm -rf {} +
