@@ -17,7 +17,8 @@
 # steps 11 and 12 at N16384 (time, tensor pipe, L2 hit rate, DRAM bytes). About eight minutes.
 # On the GPU machine, in a process session of its own:
 #   mkdir -p build && setsid nohup bash results/2026-11-28-h200-r29/run106.sh build/run106 >build/run106.out 2>&1 </dev/null &
-# usage: bash results/2026-11-28-h200-r29/run106.sh LOGDIR
+# It ran as half of run 107 (results/2026-11-29-h200-r30/run107.sh), its profiles on the other GPU.
+# usage: [RUN_GPU=N] [PROFILE=0] bash results/2026-11-28-h200-r29/run106.sh LOGDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 . tools/tree_copy.sh
@@ -49,7 +50,8 @@ stage "ab: exit $?"
 kill $sampler 2>/dev/null
 grep -A12 '^medians' "$log/ab106.log" | tee -a "$log/progress.txt"
 gzip -f "$log/clocks-ab106.csv"
-for id in 11 12; do
+# PROFILE=0 leaves the profiles to another run (run 107 takes them on its other GPU)
+for id in $([ "${PROFILE:-1}" = 0 ] || echo 11 12); do
   SKIP=3 KERNEL_REGEX=fa2_ bash tools/profile.sh build/step$id/fa2 --batch 1 --heads 16 --seqlen 16384 --dim 128 --causal --dtype bf16 \
     >"$log/profile$id-n16384.log" 2>&1
   stage "profile step $id at N16384 causal (warm): exit $?: $(grep -m 1 'gpu__time_duration.sum' "$log/profile$id-n16384.log" | tr -s ' ');$(grep -m 1 'lts__t_sector_hit_rate' "$log/profile$id-n16384.log" | tr -s ' ')"
