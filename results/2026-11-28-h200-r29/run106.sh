@@ -17,7 +17,7 @@
 # steps 11 and 12 at N16384 (time, tensor pipe, L2 hit rate, DRAM bytes). About eight minutes.
 # On the GPU machine, in a process session of its own:
 #   mkdir -p build && setsid nohup bash results/2026-11-28-h200-r29/run106.sh build/run106 >build/run106.out 2>&1 </dev/null &
-# It ran as half of run 107 (results/2026-11-29-h200-r30/run107.sh), its profiles on the other GPU.
+# It ran as half of run 107 (results/2026-11-28-h200-r30/run107.sh), its profiles on the other GPU.
 # usage: [RUN_GPU=N] [PROFILE=0] bash results/2026-11-28-h200-r29/run106.sh LOGDIR
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2

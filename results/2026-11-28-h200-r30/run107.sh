@@ -10,11 +10,11 @@
 #          clocks sampled beside it), then `make compare SHAPES=bench` on main (run95.sh
 #          compare=main:bench), whose CSV rewrites docs/results-h200.md
 # About 24 minutes (the compare's 19 the longest).
-# usage: bash results/2026-11-29-h200-r30/run107.sh LOGROOT     (starts both halves and returns;
+# usage: bash results/2026-11-28-h200-r30/run107.sh LOGROOT     (starts both halves and returns;
 #   each writes LOGROOT-gN/progress.txt and ends it with a line "all done")
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
-here=results/2026-11-29-h200-r30
+here=results/2026-11-28-h200-r30
 root=${1:?usage: run107.sh LOGROOT}
 if [ "${2:-}" = --gpu ]; then
   n=$3 log=$root-g$n

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Waits up to SECONDS for both halves of run 107 under LOGROOT to write "all done", then packs
 # their logs (not the tree copies) into OUT and prints each half's progress.
-# usage: bash results/2026-11-29-h200-r30/poll.sh LOGROOT SECONDS OUT
+# usage: bash results/2026-11-28-h200-r30/poll.sh LOGROOT SECONDS OUT
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 2
 root=$1 end=$((SECONDS + $2)) out=$3
