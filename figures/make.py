@@ -33,6 +33,7 @@ FIGURES = {
     "scalar_tiles": ("figures/scalar_tiles.py", ["build/scratch/tiling", "--step", "01", "--dim", "128", "--format", "csv"]),
     "backward_blocks": ("figures/backward_blocks.py", ["build/scratch/backward_blocks", "--batch", "1", "--heads", "2", "--kv-heads", "1", "--seqlen-q", "400", "--seqlen-k", "300", "--dim", "128", "--block-keys", "64", "--causal", "1", "--format", "csv"]),
     "stmatrix_ds": ("figures/stmatrix_ds.py", ["build/scratch/backward_wgmma", "--format", "stmatrix"]),
+    "tile_residency": ("figures/tile_residency.py", ["build/scratch/tiling", "--format", "residency", "--dim", "128"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"

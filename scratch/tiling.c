@@ -2,12 +2,13 @@
  * block's query rows in each of its three tile configurations, how many keys a tile holds,
  * what that costs per warp and per thread, and the grid of blocks over query tiles, heads
  * and batch. --format csv writes the ownership for the figures (figures/tiling.py). --step 01
- * prints step 01's scalar work split instead (figures/scalar_tiles.py). */
+ * prints step 01's scalar work split instead (figures/scalar_tiles.py). --format residency
+ * lists where each tile of the FA2 loop lives in step 05's kernel (figures/tile_residency.py). */
 #include "tool.h"
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: tiling [--step 07|01] [--dim 64|128] [--batch B] [--heads H] [--seqlen N] [--format text|csv] [--check]\n"
+    "usage: tiling [--step 07|01] [--dim 64|128] [--batch B] [--heads H] [--seqlen N] [--format text|csv|residency] [--check]\n"
     "Prints step 07's three tile configurations, TileConfig<WARPS, M_TILES, BLOCK_N>: a block of\n"
     "WARPS warps covers WARPS x M_TILES x 16 query rows (128 in all three); warp w owns the 16-row\n"
     "m-tiles mt = 0..M_TILES-1 at rows w x M_TILES x 16 + 16 mt, and a key tile has BLOCK_N keys.\n"
@@ -26,6 +27,11 @@ static const char usage[] =
     "           every 4th score of S and every 4th value of O; with --format csv one line per element\n"
     "           of S [32][32] and O [32][D]: tile,row,col,thread,warp,lane,lane_in_row,j (the thread's\n"
     "           j-th element of the row)\n"
+    "  --format residency: where each tile of the FA2 loop lives in step 05's kernel (the tiles of\n"
+    "           steps 02-06: 64 query rows, 64 keys, 4 warps, K and V in 2 stages), one line each:\n"
+    "           object,space,rows,cols,elem_bytes,copies,bytes,regs_per_thread,moved\n"
+    "           (no field holds a comma);\n"
+    "           space is hbm (one head's tensor, N = --seqlen), smem (one block) or regs (one warp)\n"
     "  --check  assert every query row of a block is owned by exactly one warp and m-tile in each\n"
     "           configuration, that all three cover the same rows, that the grid computes every\n"
     "           query row once, and the kernel's static_asserts on the tiles; and step 01's split: every\n"
@@ -268,6 +274,86 @@ static void check_step01(void)
           "within the row", "a shuffle partner holds another row");
 }
 
+/* ---- --format residency: where each tile of the FA2 loop lives, with step 05's tiles
+ * (steps/05_cp_async_pipeline/kernel.cu: BLOCK_M = 64 query rows, BLOCK_N = 64 keys, 4 warps of
+ * one 16-row m-tile each, K and V in STAGES = 2 shared-memory buffers). One head's tensors live
+ * in HBM; a block holds its Q tile and the K/V stages in shared memory; a warp holds, for its 16
+ * rows, Q's A fragments (loaded once), S (reused in place as P), the O accumulator and the
+ * running max m and sum l of its rows, in registers. Registers are counted per thread: the
+ * mma fragments spread a 16-row tile over 32 lanes (fragments.md). */
+enum { S05_STAGES = 2, REG_BYTES = 4, FP32_BYTES = 4 };
+
+typedef struct {
+    const char *object, *space;
+    int rows, cols, elem_bytes, copies;
+    int regs_per_thread; /* 32-bit registers per thread, for space "regs" */
+    const char *moved;
+} residency;
+
+static int residency_of(residency *out, int dim, int seqlen)
+{
+    int n = 0;
+    const int rows_per_warp = MMA_M;
+    residency r[] = {
+        {"Q", "hbm", seqlen, dim, ELEM_BYTES, 1, 0, "64 rows read once per block"},
+        {"K", "hbm", seqlen, dim, ELEM_BYTES, 1, 0, "read a key tile at a time by every query block of the head"},
+        {"V", "hbm", seqlen, dim, ELEM_BYTES, 1, 0, "read a key tile at a time by every query block of the head"},
+        {"O", "hbm", seqlen, dim, ELEM_BYTES, 1, 0, "written once after the last key tile"},
+        {"LSE", "hbm", seqlen, 1, FP32_BYTES, 1, 0, "written once after the last key tile"},
+        {"Q tile", "smem", BLOCK_M, dim, ELEM_BYTES, 1, 0, "copied in before the loop"},
+        {"K tile", "smem", BLOCK_N, dim, ELEM_BYTES, S05_STAGES, 0, "one stage filled per key tile"},
+        {"V tile", "smem", BLOCK_N, dim, ELEM_BYTES, S05_STAGES, 0, "one stage filled per key tile"},
+        /* q_frag[D / MMA_K][4]: 32-bit registers each holding two 16-bit elements */
+        {"Q fragments", "regs", rows_per_warp, dim, ELEM_BYTES, 1, dim / MMA_K * MMA_A_REGS, "loaded once from the Q tile"},
+        /* s_acc[BLOCK_N / MMA_N][4] fp32, exponentiated in place into P */
+        {"S then P", "regs", rows_per_warp, BLOCK_N, FP32_BYTES, 1, BLOCK_N / MMA_N * MMA_C_REGS,
+         "made and used up within one key tile"},
+        /* o_acc[D / MMA_N][4] fp32 */
+        {"O accumulator", "regs", rows_per_warp, dim, FP32_BYTES, 1, dim / MMA_N * MMA_C_REGS,
+         "rescaled and added to every key tile"},
+        /* m_run[2], l_run[2]: rows g and g + 8 of the lane's quad */
+        {"m", "regs", rows_per_warp, 1, FP32_BYTES, 1, 2, "updated every key tile"},
+        {"l", "regs", rows_per_warp, 1, FP32_BYTES, 1, 2, "updated every key tile"},
+    };
+    for (size_t i = 0; i < sizeof r / sizeof *r; i++) out[n++] = r[i];
+    return n;
+}
+
+static long long residency_bytes(const residency *r) { return (long long)r->rows * r->cols * r->elem_bytes * r->copies; }
+
+static void print_residency(int dim, int seqlen)
+{
+    residency r[16];
+    int n = residency_of(r, dim, seqlen);
+    printf("object,space,rows,cols,elem_bytes,copies,bytes,regs_per_thread,moved\n");
+    for (int i = 0; i < n; i++)
+        printf("%s,%s,%d,%d,%d,%d,%lld,%d,%s\n", r[i].object, r[i].space, r[i].rows, r[i].cols, r[i].elem_bytes,
+               r[i].copies, residency_bytes(&r[i]), r[i].regs_per_thread, r[i].moved);
+}
+
+/* The shared memory adds up to step 05's (64 + 4 x 64) x D x 2 bytes; each register tile's
+ * per-thread count times 32 lanes holds the warp's tile exactly (4 bytes a register). */
+static void check_residency(void)
+{
+    for (int dim = 64; dim <= 128; dim += 64) {
+        residency r[16];
+        int n = residency_of(r, dim, 1024), regs_ok = 1;
+        long long smem = 0;
+        for (int i = 0; i < n; i++) {
+            if (strcmp(r[i].space, "smem") == 0) smem += residency_bytes(&r[i]);
+            if (strcmp(r[i].space, "regs") != 0) continue;
+            /* a tile of values: every element in one lane; m and l: each row in the 4 lanes of its quad */
+            long long held = (long long)r[i].regs_per_thread * WARP_SIZE * REG_BYTES;
+            regs_ok &= r[i].cols > 1 ? held == residency_bytes(&r[i]) : held == residency_bytes(&r[i]) * 4;
+        }
+        char name[160];
+        snprintf(name, sizeof name, "residency at d%d: shared memory is step 05's (64 + 4 x 64) x %d x 2 bytes, and "
+                 "each register tile fills a warp's registers exactly", dim, dim);
+        check(smem == (long long)(BLOCK_M + 2 * S05_STAGES * BLOCK_N) * dim * ELEM_BYTES && regs_ok, name,
+              "shared memory %lld bytes, or a register tile that does not match its per-thread count", smem);
+    }
+}
+
 static void run_checks(void)
 {
     check_step01();
@@ -311,6 +397,7 @@ static void run_checks(void)
     for (int i = 1; i < CONFIGS; i++) same &= block_m(&configs[i]) == block_m(&configs[0]);
     check(same, "step 07: every configuration covers the same query rows: the grid does not depend on the choice",
           "BLOCK_M differs between configurations");
+    check_residency();
 }
 
 int main(int argc, char **argv)
@@ -322,10 +409,14 @@ int main(int argc, char **argv)
         {"--batch", &s.batch, 1, 65535, 1, NULL},
         {"--heads", &s.heads, 1, 65535, 1, NULL},
         {"--seqlen", &s.seqlen, 1, 1 << 20, 1, NULL},
-        {"--format", &csv, 0, 0, 0, "text|csv"},
+        {"--format", &csv, 0, 0, 0, "text|csv|residency"},
         {"--step", &step01, 0, 0, 0, "07|01"},
     };
     parse_cli(argc, argv, usage, opts, 6, run_checks);
+    if (csv == 2) {
+        print_residency(s.dim, s.seqlen);
+        return 0;
+    }
     if (step01) {
         if (csv) print_step01_csv(s.dim);
         else print_step01(s.dim);
