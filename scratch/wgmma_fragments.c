@@ -6,7 +6,7 @@
 #include "layouts.h"
 
 static const char usage[] =
-    "usage: wgmma_fragments [--n 64|128|256] [--only d|a|p|all] [--cols C] [--format text|csv] [--check]\n"
+    "usage: wgmma_fragments [--n 64|128|256] [--only d|a|p|all] [--cols C] [--format text|csv|descriptors] [--check]\n"
     "Prints, for wgmma.mma_async.sync.aligned.m64nNk16 (f16/bf16 in, f32 accumulate; one warpgroup of\n"
     "4 warps, 128 threads), the lane and register that own each element, as lane:reg; the warp is\n"
     "w = row / 16:\n"
@@ -19,7 +19,8 @@ static const char usage[] =
     "           n,row,col,warp,lane,g,t,reg,ntile,mma_reg: thread 32 warp + lane holds D[row][col] in\n"
     "           register reg, which is register mma_reg = reg % 4 of the mma.sync m16n8 C fragment of\n"
     "           columns 8 ntile..8 ntile + 7 (ntile = reg / 4); --only does not change it\n"
-    "  --check   assert that every map is a bijection and that the S -> P reuse lines up\n";
+    "  --check   assert that every map is a bijection, that the S -> P reuse lines up, and that step\n"
+    "           09's descriptors read every element of Q, K and V where TMA put it (d64, d128)\n";
 
 typedef enum { TILE_D, TILE_A, TILE_P, TILE_ALL } tile_kind;
 
@@ -198,6 +199,58 @@ static int step09_formulas_agree(int n)
     return agree;
 }
 
+/* ---- step 09's descriptors over TMA's slabs (layouts.h: wgmma_sw128_descriptor, _address) ----
+ * The kernel's tiles: Q [128][D] (BLOCK_M rows, warpgroup w from row 64 w), K and V [128][D]
+ * (BLOCK_N keys), each D / 64 slabs of [rows][64] with the 128-byte swizzle. S = Q K^T: k-step
+ * kk reads columns 16 kk..16 kk + 15 of Q (A) and K (B), both K-major; O = P V: k-step j reads
+ * keys 16 j..16 j + 15 of V (B), MN-major, its n the head dim. */
+enum { STEP09_ROWS = 128 };
+
+/* The byte the descriptor of k-step `kstep` reads for element (mn, k) of the operand, and
+ * through *tma the byte where TMA put the same element of the tile. */
+static int step09_operand_address(int kmajor, int r0, int kstep, int mn, int k, wgmma_sw128_desc *d, int *tma)
+{
+    if (kmajor) {
+        *d = wgmma_sw128_descriptor(1, STEP09_ROWS, r0, kstep * WG_K); /* start + 32 bytes per k-step in a slab */
+        *tma = tma_byte_offset(r0 + mn, kstep * WG_K + k, STEP09_ROWS);
+    } else {
+        *d = wgmma_sw128_descriptor(0, STEP09_ROWS, kstep * WG_K, 0);  /* start + 16 rows (2048 bytes) per k-step */
+        *tma = tma_byte_offset(kstep * WG_K + k, mn, STEP09_ROWS);
+    }
+    return wgmma_sw128_address(kmajor, d->start, d->lbo, d->sbo, mn, k);
+}
+
+/* Elements of one operand of one head dim whose descriptor address is not TMA's (0: all agree). */
+static int step09_operand_misses(int kmajor, int r0, int mn_count, int dim)
+{
+    int misses = 0, tma;
+    wgmma_sw128_desc d;
+    int ksteps = kmajor ? dim / WG_K : STEP09_ROWS / WG_K;
+    for (int kstep = 0; kstep < ksteps; kstep++)
+        for (int mn = 0; mn < mn_count; mn++)
+            for (int k = 0; k < WG_K; k++) misses += step09_operand_address(kmajor, r0, kstep, mn, k, &d, &tma) != tma;
+    return misses;
+}
+
+static void print_descriptors_csv(void)
+{
+    int tma, dim = 128;
+    wgmma_sw128_desc d;
+    printf("operand,major,kstep,mn,k,start,lbo,sbo,address,tma_address\n");
+    for (int kstep = 0; kstep < dim / WG_K; kstep++)
+        for (int mn = 0; mn < 2 * WG_CORE_ROWS; mn++)
+            for (int k = 0; k < WG_K; k++) {
+                int a = step09_operand_address(1, 0, kstep, mn, k, &d, &tma);
+                printf("K,K,%d,%d,%d,%d,%d,%d,%d,%d\n", kstep, mn, k, d.start, d.lbo, d.sbo, a, tma);
+            }
+    for (int kstep = 0; kstep < 2; kstep++)
+        for (int k = 0; k < WG_K; k++)
+            for (int mn = 0; mn < dim; mn++) {
+                int a = step09_operand_address(0, 0, kstep, mn, k, &d, &tma);
+                printf("V,MN,%d,%d,%d,%d,%d,%d,%d,%d\n", kstep, mn, k, d.start, d.lbo, d.sbo, a, tma);
+            }
+}
+
 static void run_checks(void)
 {
     static owner_map map;
@@ -239,6 +292,13 @@ static void run_checks(void)
                  n / WG_K, n);
         check(agree == total, name, "%d of %d elements agree", agree, total);
     }
+    for (int dim = 64; dim <= 128; dim += 64) {
+        int misses = step09_operand_misses(1, 0, WG_M, dim) + step09_operand_misses(1, WG_M, WG_M, dim) +
+                     step09_operand_misses(1, 0, STEP09_ROWS, dim) + step09_operand_misses(0, 0, dim, dim);
+        snprintf(name, sizeof name, "d%d: step 09's descriptors (Q, K K-major; V MN-major) read every element of "
+                 "Q, K and V where TMA's 128-byte swizzle put it", dim);
+        check(misses == 0, name, "%d elements read from another byte", misses);
+    }
 }
 
 int main(int argc, char **argv)
@@ -248,11 +308,15 @@ int main(int argc, char **argv)
         {"--n", &n_index, 0, 0, 0, "64|128|256"},
         {"--only", &only, 0, 0, 0, "d|a|p|all"},
         {"--cols", &cols, 8, WG_N_MAX, 8, NULL},
-        {"--format", &csv, 0, 0, 0, "text|csv"},
+        {"--format", &csv, 0, 0, 0, "text|csv|descriptors"},
     };
     parse_cli(argc, argv, usage, opts, 4, run_checks);
     int n = n_choice(n_index);
     if (cols > n) cli_error("--cols %d is more than the %d columns of D (--n %d)", cols, n, n);
+    if (csv == 2) {
+        print_descriptors_csv();
+        return 0;
+    }
     if (csv) {
         print_d_csv(n, cols);
         return 0;
