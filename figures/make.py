@@ -26,6 +26,7 @@ FIGURES = {
     "epilogue": ("figures/epilogue.py", ["build/scratch/bank_conflicts", "--dim", "128", "--format", "csv"]),
     "tiling": ("figures/tiling.py", ["build/scratch/tiling", "--format", "csv"]),
     "wgmma_accumulator": ("figures/wgmma_accumulator.py", ["build/scratch/wgmma_fragments", "--n", "128", "--cols", "32", "--format", "csv"]),
+    "wgmma_descriptor": ("figures/wgmma_descriptor.py", ["build/scratch/wgmma_fragments", "--format", "descriptors"]),
     "producer_consumer": ("figures/producer_consumer.py", ["build/scratch/ws_schedule", "--step", "10", "--format", "csv"]),
     "skewed_loop": ("figures/skewed_loop.py", ["build/scratch/ws_schedule", "--step", "11", "--format", "csv"]),
     "persistent_schedule": ("figures/persistent_schedule.py", ["build/scratch/persistent_schedule", "--batch", "1", "--heads", "16", "--seqlen", "4096", "--dim", "128", "--causal", "1", "--sms", "132", "--format", "csv"]),
