@@ -1,4 +1,4 @@
-"""A step of this repository, called from PyTorch through its shared library.
+"""The steps of this repository as PyTorch operators, and SDPA's flash path through them.
 
     import sys; sys.path.insert(0, "python")        # from the repository root, after `make all`
     import fa2
@@ -13,13 +13,19 @@ no stride for it). Returns O as a new [batch, seqlen_q, heads_q, head_dim] tenso
 return_lse, LSE as [batch, heads_q, seqlen_q] float32. The call is ordered on torch's current
 stream. What a step cannot compute raises ValueError with the step's own reason.
 
-Differentiable: where torch's grad mode is on and q, k or v requires grad, the call goes
-through a torch.autograd.Function whose backward runs fa2_backward of backward_step (default:
-the forward's step) on dO, the saved q, k, v, O and LSE (the forward then always computes
-LSE), on torch's current stream; its refusal (the GPU steps but 14 compute the forward
-alone) raises ValueError from .backward() with the step's own reason. dQ, dK and dV come back
-dense, in the dtype; LSE, returned with return_lse, is not differentiable. Elsewhere the call
-is the plain forward, with no autograd in its path.
+The calls are operators of torch's dispatcher, from a small C++ extension (python/fa2_ext.cpp,
+built into build/torch/ by `make torch` or on the first import): torch.ops.fa2.fwd,
+torch.ops.fa2.bwd and torch.ops.fa2.fwd_kvcache, each with a schema, one kernel for CPU (step
+00) and CUDA, a fake kernel that gives shapes (torch.compile traces them with no graph break),
+and autograd registered on fwd. Their `step` argument is the path of a step's libfa2.so
+(library_path("07")); attention() and attention_with_kvcache() are thin wrappers over them.
+
+Differentiable: where torch's grad mode is on and q, k or v requires grad, fa2::fwd records a
+node whose backward runs fa2::bwd, fa2_backward of backward_step (default: the forward's step)
+on dO, the saved q, k, v, O and LSE, on torch's current stream; its refusal (the GPU steps but
+14 and 15 compute the forward alone) raises ValueError from .backward() with the step's own
+reason. dQ, dK and dV come back dense, in the dtype; LSE, returned with return_lse, is not
+differentiable. Elsewhere the call is the plain forward, with no autograd node.
     o = fa2.attention(q.requires_grad_(), k, v, causal=True, step="00")   # CPU tensors
     (o * w).sum().backward()                                              # q.grad from step 00
 
@@ -36,15 +42,25 @@ page_block_size, every key of it when cache_seqlens is None). Causal is bottom-r
 sequence; a sequence of 0 keys gives O = 0 and LSE = -inf. Step 00 computes it; for it the call
 first reads the lengths and the table entries they reach (each bad one a ValueError); for a GPU
 step it does not (that would wait for the stream), so a length past the capacity or a page
-outside the pool is the caller's error there, as in fa2.h. The GPU steps refuse a KV cache
-with their reason so far (the default, step 13, until its kernel reads pages); without
-cache_seqlens and block_table the call is attention()'s. Forward only: where grad mode is on and
-q, k_cache or v_cache requires grad it raises ValueError rather than return an O that gradients
-would silently not flow through (call it under torch.no_grad() or torch.inference_mode()).
-Needs only ctypes and torch; the libraries come from `make all` (build/stepNN/libfa2.so).
+outside the pool is the caller's error there, as in fa2.h. Nothing in the call waits for the
+GPU, so a CUDA graph captures it, lengths and pages included. Forward only: where grad mode is
+on and q, k_cache or v_cache requires grad it raises ValueError rather than return an O that
+gradients would silently not flow through (call it under torch.no_grad() or
+torch.inference_mode()).
+
+SDPA itself through the steps (torch 2.11 or newer):
+    fa2.activate_sdpa()          # F.scaled_dot_product_attention's flash path runs the steps
+    fa2.deactivate_sdpa()        # torch's own kernels again
+activate_sdpa(forward_step, backward_step, decode_step) registers the steps with
+torch.nn.attention.register_flash_attention_impl as the kernels of SDPA's flash path (12 and 15
+on compute capability 9.0, 07 and 14 elsewhere; decode_step, 13, for at most
+decode_max_seqlen_q query rows); what they refuse, and dropout, runs torch's own kernel.
+The libraries come from `make all` (build/stepNN/libfa2.so); fa2.Step is the same library
+through ctypes (its fa2_params struct as Fa2Params), as tools/bench_torch.py calls it.
 """
 import ctypes
 import glob
+import numbers
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -134,10 +150,13 @@ class Step:
 _steps = {}
 
 
-def step_library(step):
-    """A Step from a step id ("07", 7, "07_tuned") or the path of a libfa2.so, loaded once."""
-    if isinstance(step, int):
+def library_path(step):
+    """The path of a step's libfa2.so from a step id ("07", 7, "07_tuned") or a path; ValueError
+    for a step that does not exist, FileNotFoundError for one not built."""
+    if isinstance(step, int) and not isinstance(step, bool):
         step = f"{step:02d}"
+    if not isinstance(step, str):
+        raise ValueError(f"step {step!r} (allowed: a step id such as '07', or the path of a libfa2.so)")
     if os.path.sep in step or step.endswith(".so"):
         path = os.path.abspath(step)
     else:
@@ -146,276 +165,211 @@ def step_library(step):
             have = ", ".join(os.path.basename(d) for d in sorted(glob.glob(os.path.join(ROOT, "steps", "[0-9][0-9]_*"))))
             raise ValueError(f"step '{step}' is not allowed (allowed: {have})")
         path = os.path.join(ROOT, "build", "step" + step[:2], "libfa2.so")
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"{path} is not built: run `make all` in {ROOT} first")
+    return path
+
+
+def step_library(step):
+    """A Step (ctypes) from a step id ("07", 7, "07_tuned") or the path of a libfa2.so, loaded once."""
+    path = library_path(step)
     if path not in _steps:
-        if not os.path.exists(path):
-            raise FileNotFoundError(f"{path} is not built: run `make all` in {ROOT} first")
         _steps[path] = Step(path)
     return _steps[path]
 
 
-def _strides(t):
-    """(batch, row, head) element strides of a [batch, seqlen, heads, head_dim] tensor. A dim of
-    size 1 is never stepped over, so it gets the stride a contiguous tensor would have: torch
-    leaves any value there (0 after expand), which the ABI would refuse."""
-    b, n, h, d = t.shape
-    dense = (n * h * d, h * d, d)
-    return tuple(dense[i] if size == 1 else t.stride(i) for i, size in enumerate((b, n, h)))
+def _built_paths():
+    """Every built step's library under each name a caller may give it ("07", 7, "07_tuned"), found
+    once: a call then costs one dict lookup (and torch.compile traces it)."""
+    paths = {}
+    for d in sorted(glob.glob(os.path.join(ROOT, "steps", "[0-9][0-9]_*"))):
+        name = os.path.basename(d)
+        path = os.path.join(ROOT, "build", "step" + name[:2], "libfa2.so")
+        if os.path.exists(path):
+            paths[name[:2]] = paths[name] = paths[int(name[:2])] = path
+    return paths
 
 
-def _set_strides(p, prefix, t):
-    batch_stride, row_stride, head_stride = _strides(t)
-    setattr(p, f"{prefix}_batch_stride", batch_stride)
-    setattr(p, f"{prefix}_row_stride", row_stride)
-    setattr(p, f"{prefix}_head_stride", head_stride)
+_PATHS = _built_paths()
 
 
-def _check_device(s, name, t, q):
-    """t on q's device, the one step s computes on."""
-    if (t.device.type == "cuda") != s.runs_on_gpu or t.device != q.device:
-        where = "one CUDA device" if s.runs_on_gpu else "the CPU"
-        raise ValueError(f"{name} on {t.device} (allowed: {where}, for step {s.name})")
+def _path(step):
+    return _PATHS.get(step) or library_path(step)
 
 
-def _checked_inputs(s, named):
-    """The (name, tensor, layout) triples, q first: each a 4-D fp16 or bf16 tensor of q's dtype on
-    step s's device, returned with head_dim contiguous (copied where it is not: the ABI has no
-    stride for it)."""
+# ---- the operators ------------------------------------------------------------------------------
+try:
     import torch
+except ImportError:  # the ctypes part above needs no torch
+    torch = None
 
+EXTENSION_DIR = os.path.join(ROOT, "build", "torch")
+_extension = None  # the loaded fa2_ext.so (ctypes), once built
+
+
+def build_extension(verbose=False):
+    """Builds python/fa2_ext.cpp into build/torch/fa2_ext.so with torch's cpp_extension (ninja; a
+    no-op when it is up to date) and loads it into the dispatcher. Returns the library's path."""
+    global _extension
+    from torch.utils import cpp_extension
+
+    cuda_home = cpp_extension.CUDA_HOME or "/usr/local/cuda"
+    torch_lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+    os.makedirs(EXTENSION_DIR, exist_ok=True)
+    cpp_extension.load(name="fa2_ext", sources=[os.path.join(ROOT, "python", "fa2_ext.cpp")],
+                       build_directory=EXTENSION_DIR, is_python_module=False, verbose=verbose,
+                       extra_include_paths=[os.path.join(ROOT, "common"), os.path.join(cuda_home, "include")],
+                       extra_cflags=["-O2"], extra_ldflags=[f"-L{torch_lib}", "-lc10_cuda", "-ltorch_cuda", "-ldl"])
+    path = os.path.join(EXTENSION_DIR, "fa2_ext.so")
+    _extension = ctypes.CDLL(path)  # the same library the dispatcher loaded: the provider's switch
+    _extension.fa2_ext_sdpa_activate.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long,
+                                                 ctypes.c_char_p, ctypes.c_size_t]
+    return path
+
+
+def _check_fake_devices(step, named):
+    """In a fake kernel: each tensor on the device step computes on and on q's (the real kernel's
+    rule and words), so a trace refuses what a call would."""
+    s = step_library(step)
     q = named[0][1]
-    names = ", ".join(name for name, _, _ in named)
+    for name, t in named:
+        if t is not None and ((t.device.type == "cuda") != s.runs_on_gpu or t.device != q.device):
+            where = "one CUDA device" if s.runs_on_gpu else "the CPU"
+            raise ValueError(f"{name} on {t.device} (allowed: {where}, for step {s.name})")
+
+
+def _register_fakes():
+    """Fake kernels: the outputs' shapes, dtypes and strides, as the real kernels give them (O dense
+    like q, LSE [batch, heads_q, seqlen_q] float32, dQ/dK/dV dense like q, k, v)."""
+
+    def out_lse(q):
+        return q.new_empty(q.shape), q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=torch.float32)
+
+    @torch.library.register_fake("fa2::fwd")
+    def _(q, k, v, causal, scale, step, backward_step):
+        _check_fake_devices(step, (("q", q), ("k", k), ("v", v)))
+        return out_lse(q)
+
+    @torch.library.register_fake("fa2::bwd")
+    def _(dout, q, k, v, out, lse, causal, scale, step):
+        return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+    @torch.library.register_fake("fa2::fwd_kvcache")
+    def _(q, k_cache, v_cache, cache_seqlens, block_table, causal, scale, step, cache_seqlen=None):
+        _check_fake_devices(step, (("q", q), ("k_cache", k_cache), ("v_cache", v_cache),
+                                   ("block_table", block_table), ("cache_seqlens", cache_seqlens)))
+        return out_lse(q)
+
+
+if torch is not None:
+    build_extension()
+    _register_fakes()
+    _fwd, _bwd, _fwd_kvcache = torch.ops.fa2.fwd.default, torch.ops.fa2.bwd.default, torch.ops.fa2.fwd_kvcache.default
+
+
+def _not_tensors(named):
+    """After the operator refused its arguments: a ValueError naming the first that is not a tensor."""
     for name, t, layout in named:
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
+        if not isinstance(t, torch.Tensor):
             raise ValueError(f"{name}: a 4-D torch tensor {layout} is required")
-        if t.dtype not in (torch.float16, torch.bfloat16) or t.dtype != q.dtype:
-            raise ValueError(f"{name} dtype {t.dtype} (allowed: float16 or bfloat16, the same for {names})")
-        _check_device(s, name, t, q)
-    return tuple(t if t.stride(-1) == 1 else t.contiguous() for _, t, _ in named)
-
-
-def _params(q, k, v, o, lse, causal, scale, seqlens_k=None, block_table=None):
-    """Fa2Params for checked tensors (lse None: not wanted); the workspace is left for the caller.
-    A KV cache (fa2.h), checked: seqlens_k int32 [batch], and with block_table int32 [batch,
-    max_pages] k and v are page pools [num_pages, page_size, heads_kv, head_dim] whose batch
-    stride is the page's; seqlen_k is then the capacity, max_pages x page_size."""
-    import torch
-
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    p = Fa2Params()
-    p.q, p.k, p.v, p.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-    p.lse = lse.data_ptr() if lse is not None else None
-    p.batch, p.heads_q, p.heads_kv = batch, heads_q, k.shape[2]
-    p.seqlen_q, p.seqlen_k, p.head_dim = seqlen_q, k.shape[1], head_dim
-    for prefix, t in (("q", q), ("k", k), ("v", v), ("o", o)):
-        _set_strides(p, prefix, t)
-    p.softmax_scale = head_dim ** -0.5 if scale is None else scale
-    p.causal = int(bool(causal))
-    p.dtype = 0 if q.dtype == torch.float16 else 1
-    if seqlens_k is not None:
-        p.seqlens_k = seqlens_k.data_ptr()
-    if block_table is not None:
-        p.block_table = block_table.data_ptr()
-        p.max_pages, p.page_size, p.num_pages = block_table.shape[1], k.shape[1], k.shape[0]
-        # one row: its stride is never stepped over (torch may leave any value there, as _strides says)
-        p.block_table_batch_stride = block_table.stride(0) if batch > 1 else p.max_pages
-        p.seqlen_k = p.max_pages * p.page_size
-    return p
-
-
-def _stream(s, device):
-    import torch
-
-    return torch.cuda.current_stream(device).cuda_stream if s.runs_on_gpu else 0
-
-
-def _forward(s, q, k, v, causal, scale, return_lse, seqlens_k=None, block_table=None):
-    """O, and LSE where return_lse (else None), from step s on checked tensors (and KV cache)."""
-    import torch
-
-    batch, seqlen_q, heads_q, _ = q.shape
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(batch, heads_q, seqlen_q, dtype=torch.float32, device=q.device) if return_lse else None
-    p = _params(q, k, v, o, lse, causal, scale, seqlens_k, block_table)
-    # The step's scratch (split-KV partial results and the tiles' arrival counters), from
-    # torch's caching allocator on the current stream: reused memory after the first call,
-    # and safe across streams. Zero-filled, once per allocation, as fa2.h asks: the counters
-    # must be zero when a call begins (the step leaves them so when it ends).
-    need = s.workspace_size(p)
-    workspace = torch.zeros(need, dtype=torch.uint8, device=q.device) if need else None
-    p.workspace, p.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
-    ok, why = s.supports(p)
-    if not ok:
-        raise ValueError(f"step {s.name}: {why}")
-    s.forward(p, _stream(s, q.device))
-    return o, lse
-
-
-def _backward(s, q, k, v, o, lse, dout, causal, scale):
-    """dQ, dK, dV (dense, in the dtype) from fa2_backward of step s."""
-    import torch
-
-    dout = dout.contiguous()
-    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    bp = Fa2BwdParams()
-    bp.fwd = _params(q, k, v, o, lse, causal, scale)
-    bp.dout, bp.dq, bp.dk, bp.dv = dout.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-    for prefix, t in (("dout", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
-        _set_strides(bp, prefix, t)
-    # dQ's fp32 accumulators and D (steps 00 and 14); torch's allocations are 16-byte aligned.
-    need = s.backward_workspace_size(bp)
-    workspace = torch.empty(need, dtype=torch.uint8, device=q.device) if need else None
-    bp.fwd.workspace, bp.fwd.workspace_bytes = (workspace.data_ptr(), need) if need else (None, 0)
-    # The step's own reason first (a GPU step without a backward says so whatever the device).
-    ok, why = s.backward_supports(bp)
-    if not ok:
-        raise ValueError(why if s.name in why else f"step {s.name}: {why}")
-    _check_device(s, "backward", q, q)
-    s.backward(bp, _stream(s, q.device))
-    return dq, dk, dv
-
-
-_function = None
-
-
-def _attention_function():
-    """The torch.autograd.Function, made once torch is imported (the module itself needs no torch)."""
-    global _function
-    if _function is None:
-        import torch
-        from torch.autograd.function import once_differentiable
-
-        class Attention(torch.autograd.Function):
-            @staticmethod
-            def forward(ctx, q, k, v, causal, scale, step, backward_step):
-                o, lse = _forward(step, q, k, v, causal, scale, True)  # the backward needs LSE
-                ctx.save_for_backward(q, k, v, o, lse)
-                ctx.causal, ctx.scale, ctx.backward_step = causal, scale, backward_step
-                ctx.mark_non_differentiable(lse)
-                return o, lse
-
-            @staticmethod
-            @once_differentiable
-            def backward(ctx, dout, _dlse):
-                q, k, v, o, lse = ctx.saved_tensors
-                grads = _backward(ctx.backward_step, q, k, v, o, lse, dout, ctx.causal, ctx.scale)
-                return tuple(g if need else None for g, need in zip(grads, ctx.needs_input_grad)) + (None,) * 4
-
-        _function = Attention
-    return _function
 
 
 def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False, backward_step=None):
     """softmax(scale q k^T) v through one step of this repository (see the module's text)."""
-    import torch
-
-    s = step_library(step)
-    layout = "[batch, seqlen, heads, head_dim]"
-    q, k, v = _checked_inputs(s, (("q", q, layout), ("k", k, layout), ("v", v, layout)))
-    batch, seqlen_q, heads_q, head_dim = q.shape
-    if k.shape != v.shape or k.shape[0] != batch or k.shape[3] != head_dim:
-        raise ValueError(f"k {tuple(k.shape)}, v {tuple(v.shape)} for q {tuple(q.shape)} "
-                         "(allowed: k and v [batch, seqlen_k, heads_kv, head_dim] with q's batch and head_dim)")
-    if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v)):
-        bs = s if backward_step is None else step_library(backward_step)
-        o, lse = _attention_function().apply(q, k, v, causal, scale, s, bs)
-        return (o, lse) if return_lse else o
-    o, lse = _forward(s, q, k, v, causal, scale, return_lse)
+    path = _PATHS.get(step) or library_path(step)
+    bpath = path if backward_step is None else (_PATHS.get(backward_step) or library_path(backward_step))
+    try:
+        o, lse = _fwd(q, k, v, causal, scale, path, bpath)
+    except (TypeError, RuntimeError):
+        layout = "[batch, seqlen, heads, head_dim]"
+        _not_tensors((("q", q, layout), ("k", k, layout), ("v", v, layout)))
+        raise
     return (o, lse) if return_lse else o
-
-
-def _cache_seqlens(s, cache_seqlens, q, capacity, what):
-    """cache_seqlens as an int32 tensor [batch] on q's device, or None (every sequence capacity
-    keys long); an int gives every sequence that many keys."""
-    import numbers
-
-    import torch
-
-    batch = q.shape[0]
-    if cache_seqlens is None:
-        return None
-    if isinstance(cache_seqlens, numbers.Integral) and not isinstance(cache_seqlens, bool):
-        if not 0 <= cache_seqlens <= capacity:
-            raise ValueError(f"cache_seqlens {cache_seqlens} (allowed: 0 to {capacity}, {what})")
-        return torch.full((batch,), int(cache_seqlens), dtype=torch.int32, device=q.device)
-    if not isinstance(cache_seqlens, torch.Tensor):
-        raise ValueError(f"cache_seqlens {cache_seqlens!r} (allowed: None, an int, or an int32 tensor [batch])")
-    if cache_seqlens.dtype != torch.int32:
-        raise ValueError(f"cache_seqlens dtype {cache_seqlens.dtype} (allowed: torch.int32, a key count per sequence)")
-    if tuple(cache_seqlens.shape) != (batch,):
-        raise ValueError(f"cache_seqlens {tuple(cache_seqlens.shape)} for q {tuple(q.shape)} "
-                         f"(allowed: [batch] = ({batch},), a key count per sequence)")
-    _check_device(s, "cache_seqlens", cache_seqlens, q)
-    return cache_seqlens if cache_seqlens.stride(0) == 1 else cache_seqlens.contiguous()
-
-
-def _block_table(s, block_table, q, k_cache):
-    """block_table checked against q and the page pool k_cache, as an int32 tensor [batch,
-    max_pages] whose rows are max_pages or more elements apart (copied where they are not)."""
-    import torch
-
-    if not isinstance(block_table, torch.Tensor):
-        raise ValueError(f"block_table {block_table!r} (allowed: None, or an int32 tensor [batch, max_blocks_per_seq])")
-    if block_table.dtype != torch.int32:
-        raise ValueError(f"block_table dtype {block_table.dtype} (allowed: torch.int32, indices of pages of k_cache)")
-    if block_table.dim() != 2 or block_table.shape[0] != q.shape[0] or block_table.shape[1] < 1:
-        raise ValueError(f"block_table {tuple(block_table.shape)} for q {tuple(q.shape)} "
-                         "(allowed: [batch, max_blocks_per_seq], q's batch, at least one entry per sequence)")
-    _check_device(s, "block_table", block_table, q)
-    if block_table.stride(1) != 1 or (block_table.shape[0] > 1 and block_table.stride(0) < block_table.shape[1]):
-        block_table = block_table.contiguous()  # e.g. one row expanded over the batch (stride 0)
-    return block_table
-
-
-def _check_cache_values(seqlens, block_table, batch, capacity, what, k_cache):
-    """The lengths and the table entries the keys reach, read on the host: a length past the
-    capacity or a page outside the pool (fa2.h leaves both to the caller; step 00 would refuse
-    them with no reason), each in one line naming the entry."""
-    lens = seqlens.tolist() if seqlens is not None else [capacity] * batch
-    for b, n in enumerate(lens):
-        if not 0 <= n <= capacity:
-            raise ValueError(f"cache_seqlens[{b}] = {n} (allowed: 0 to {capacity}, {what})")
-    if block_table is None:
-        return
-    num_pages, page_size = k_cache.shape[:2]
-    for b, n in enumerate(lens):
-        reached = block_table[b, :(n + page_size - 1) // page_size]
-        bad = ((reached < 0) | (reached >= num_pages)).nonzero()
-        if bad.numel():
-            e = int(bad[0, 0])
-            raise ValueError(f"block_table[{b}][{e}] = {int(reached[e])} (allowed: 0 to {num_pages - 1}, a page of "
-                             f"k_cache and v_cache, in every entry sequence {b}'s {n} keys reach)")
 
 
 def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=None, causal=False, scale=None,
                            step="13", return_lse=False):
     """softmax(scale q k^T) v over a KV cache, each sequence to its own length, K and V dense or in
     pages through block_table (see the module's text; the names as flash_attn_with_kvcache's)."""
-    import torch
-
-    s = step_library(step)
-    paged = block_table is not None
-    layout = ("[num_blocks, page_block_size, heads_kv, head_dim] (a block_table given)" if paged
-              else "[batch, seqlen_cache, heads_kv, head_dim] (no block_table)")
-    named = (("q", q, "[batch, seqlen_q, heads_q, head_dim]"), ("k_cache", k_cache, layout),
-             ("v_cache", v_cache, layout))
-    q, k_cache, v_cache = _checked_inputs(s, named)
-    if torch.is_grad_enabled() and any(t.requires_grad for _, t, _ in named):
-        name = next(name for name, t, _ in named if t.requires_grad)
-        raise ValueError(f"{name} requires grad (allowed: no autograd, as no step has a backward over a KV cache: "
-                         "call it under torch.no_grad() or torch.inference_mode(), or pass detached tensors)")
-    batch, _, _, head_dim = q.shape
-    if k_cache.shape != v_cache.shape or k_cache.shape[3] != head_dim or (not paged and k_cache.shape[0] != batch):
-        same = "head_dim" if paged else "batch and head_dim"
-        raise ValueError(f"k_cache {tuple(k_cache.shape)}, v_cache {tuple(v_cache.shape)} for q {tuple(q.shape)} "
-                         f"(allowed: k_cache and v_cache {layout}, with q's {same})")
-    if paged:
-        block_table = _block_table(s, block_table, q, k_cache)
-        capacity = block_table.shape[1] * k_cache.shape[1]
-        what = f"block_table's {block_table.shape[1]} entries of {k_cache.shape[1]}-key pages"
-    else:
-        capacity, what = k_cache.shape[1], "k_cache's seqlen_cache"
-    seqlens = _cache_seqlens(s, cache_seqlens, q, capacity, what)
-    if not s.runs_on_gpu:  # on the GPU, reading them would wait for the stream: the caller's (fa2.h)
-        _check_cache_values(seqlens, block_table, batch, capacity, what, k_cache)
-    o, lse = _forward(s, q, k_cache, v_cache, causal, scale, return_lse, seqlens, block_table)
+    path = _PATHS.get(step) or library_path(step)
+    lens, n = cache_seqlens, None
+    if lens is not None and not isinstance(lens, torch.Tensor):
+        if isinstance(lens, bool) or not isinstance(lens, numbers.Integral):
+            raise ValueError(f"cache_seqlens {lens!r} (allowed: None, an int, or an int32 tensor [batch])")
+        lens, n = None, int(lens)
+    if block_table is not None and not isinstance(block_table, torch.Tensor):
+        raise ValueError(f"block_table {block_table!r} (allowed: None, or an int32 tensor [batch, max_blocks_per_seq])")
+    try:
+        o, lse = _fwd_kvcache(q, k_cache, v_cache, lens, block_table, causal, scale, path, n)
+    except (TypeError, RuntimeError):
+        layout = ("[num_blocks, page_block_size, heads_kv, head_dim] (a block_table given)" if block_table is not None
+                  else "[batch, seqlen_cache, heads_kv, head_dim] (no block_table)")
+        _not_tensors((("q", q, "[batch, seqlen_q, heads_q, head_dim]"), ("k_cache", k_cache, layout),
+                      ("v_cache", v_cache, layout)))
+        raise
     return (o, lse) if return_lse else o
+
+
+# ---- the SDPA provider --------------------------------------------------------------------------
+SDPA_IMPL = "FA2_STEPS"  # the name under torch.nn.attention.list_flash_attention_impls()
+
+
+class _SdpaHandle:
+    """What torch's registry keeps while the provider is active; remove() restores torch's kernels."""
+
+    def remove(self):
+        _extension.fa2_ext_sdpa_deactivate()
+
+
+def default_sdpa_steps():
+    """(forward, backward) steps for this GPU: 12 and 15 on compute capability 9.0 (wgmma, TMA),
+    07 and 14 elsewhere."""
+    hopper = torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+    return ("12", "15") if hopper else ("07", "14")
+
+
+def activate_sdpa(forward_step=None, backward_step=None, decode_step="13", decode_max_seqlen_q=16):
+    """F.scaled_dot_product_attention's flash path (and aten::_flash_attention_forward/_backward)
+    through the steps: forward_step's forward, backward_step's backward, and decode_step's forward
+    where a call has at most decode_max_seqlen_q query rows (None: forward_step's always). Defaults
+    from default_sdpa_steps(). What a step refuses (a head dim, an alignment), dropout, a debug mask,
+    ragged batches and windows run torch's own flash kernel; SDPA itself sends an explicit mask to
+    its other backends. Registered through torch.nn.attention.register_flash_attention_impl, so
+    torch.nn.attention.restore_flash_attention_impl() (or deactivate_sdpa()) undoes it."""
+    from torch.nn import attention as torch_attention
+
+    if not hasattr(torch_attention, "register_flash_attention_impl"):
+        raise RuntimeError(f"torch {torch.__version__} has no torch.nn.attention.register_flash_attention_impl "
+                           "(torch 2.11 or newer has): the steps cannot become SDPA's flash kernels here")
+    default_forward, default_backward = default_sdpa_steps()
+    steps = [library_path(default_forward if forward_step is None else forward_step),
+             library_path(default_backward if backward_step is None else backward_step),
+             library_path(decode_step) if decode_step is not None else ""]
+    for role, path in zip(("forward_step", "backward_step", "decode_step"), steps):
+        if path and not step_library(path).runs_on_gpu:
+            raise ValueError(f"{role} {step_library(path).name} (allowed: a GPU step: SDPA's flash path runs on CUDA)")
+
+    def register():
+        why = ctypes.create_string_buffer(512)
+        if _extension.fa2_ext_sdpa_activate(*(p.encode() for p in steps), decode_max_seqlen_q, why, len(why)):
+            raise RuntimeError(why.value.decode())
+        return _SdpaHandle()
+
+    torch_attention.register_flash_attention_impl(SDPA_IMPL, register_fn=register)
+    torch_attention.activate_flash_attention_impl(SDPA_IMPL)
+
+
+def deactivate_sdpa():
+    """torch's own kernels for SDPA's flash path again (a no-op where the steps are not active)."""
+    from torch.nn import attention as torch_attention
+
+    if torch_attention.current_flash_attention_impl() == SDPA_IMPL:
+        torch_attention.restore_flash_attention_impl()
+
+
+if __name__ == "__main__":
+    import sys
+
+    if sys.argv[1:] != ["--build"]:
+        sys.exit("usage: python3 python/fa2.py --build   (builds build/torch/fa2_ext.so; `make torch` runs it)")
+    print(build_extension(verbose=True))
