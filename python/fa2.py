@@ -224,6 +224,7 @@ def build_extension(verbose=False):
     _extension = ctypes.CDLL(path)  # the same library the dispatcher loaded: the provider's switch
     _extension.fa2_ext_sdpa_activate.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_long,
                                                  ctypes.c_char_p, ctypes.c_size_t]
+    _extension.fa2_ext_sdpa_count.restype = ctypes.c_long
     return path
 
 
@@ -357,6 +358,13 @@ def activate_sdpa(forward_step=None, backward_step=None, decode_step="13", decod
 
     torch_attention.register_flash_attention_impl(SDPA_IMPL, register_fn=register)
     torch_attention.activate_flash_attention_impl(SDPA_IMPL)
+
+
+def sdpa_counts():
+    """Calls of SDPA's flash path since the provider was last activated: how many the steps
+    computed and how many torch's kernel computed, forward and backward."""
+    names = ("steps_forward", "torch_forward", "steps_backward", "torch_backward")
+    return {name: _extension.fa2_ext_sdpa_count(i) for i, name in enumerate(names)}
 
 
 def deactivate_sdpa():

@@ -37,6 +37,7 @@
 
 #include <dlfcn.h>
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 #include <sstream>
@@ -466,6 +467,9 @@ struct Sdpa {
     const Step *forward = nullptr, *backward = nullptr, *decode = nullptr;
     int64_t decode_max_seqlen_q = 0;
     std::unique_ptr<torch::Library> lib;
+    // calls the steps computed and calls torch's kernels computed, forward and backward, since
+    // the last activation (tests and tools/bench_torch.py read them)
+    std::atomic<int64_t> counts[4] = {};
 };
 
 Sdpa &sdpa()
@@ -494,6 +498,7 @@ std::tuple<Tensor, Tensor> sdpa_forward(const Tensor &q, const Tensor &k, const 
     Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
     fa2_params p = make_params(q, k, v, o, lse, causal, scale);
     if (!run_forward(s, p, q, false)) return {};
+    a.counts[0]++;
     return {o, lse};
 }
 
@@ -516,6 +521,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> sdpa_flash_forward(
     auto opt_int = [](const std::optional<c10::SymInt> &x) {
         return x.has_value() ? std::optional<int64_t>(x->expect_int()) : std::nullopt;
     };
+    sdpa().counts[1]++;
     return at::native::_flash_attention_forward(q, k, v, cum_seq_q, cum_seq_k, max_q.expect_int(), max_k.expect_int(),
                                                 dropout_p, is_causal, return_debug_mask, scale, opt_int(window_left),
                                                 opt_int(window_right), seqused_k, alibi_slopes);
@@ -534,12 +540,15 @@ std::tuple<Tensor, Tensor, Tensor> sdpa_flash_backward(
         Tensor dq = at::empty(q.sizes(), q.options()), dk = at::empty(k.sizes(), k.options()),
                dv = at::empty(v.sizes(), v.options());
         Tensor lse_c = lse.is_contiguous() ? lse : lse.contiguous();
-        if (run_backward(*a.backward, dout, q, k, v, o, lse_c, is_causal, scale, dq, dk, dv, false))
+        if (run_backward(*a.backward, dout, q, k, v, o, lse_c, is_causal, scale, dq, dk, dv, false)) {
+            a.counts[2]++;
             return {dq, dk, dv};
+        }
     }
     auto opt_int = [](const std::optional<c10::SymInt> &x) {
         return x.has_value() ? std::optional<int64_t>(x->expect_int()) : std::nullopt;
     };
+    a.counts[3]++;
     return at::native::_flash_attention_backward(dout, q, k, v, o, lse, cum_seq_q, cum_seq_k, max_q.expect_int(),
                                                  max_k.expect_int(), dropout_p, is_causal, rng_state, unused, scale,
                                                  opt_int(window_left), opt_int(window_right));
@@ -559,6 +568,7 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, c10::SymInt, c10::SymInt, Tensor, Ten
                     at::empty({2}, u64), at::empty({}, u64), at::empty({0}, query.options())};
         }
     }
+    // (counted where it calls _flash_attention_forward, which comes back here)
     return at::native::_scaled_dot_product_flash_attention_cuda(query, key, value, dropout_p, is_causal,
                                                                 return_debug_mask, scale);
 }
@@ -579,9 +589,12 @@ std::tuple<Tensor, Tensor, Tensor> sdpa_sdp_backward(const Tensor &dout, const T
         Tensor dv = at::empty({value.size(0), value.size(2), value.size(1), value.size(3)}, value.options());
         Tensor lse_c = lse.is_contiguous() ? lse : lse.contiguous();
         if (run_backward(*a.backward, dout.transpose(1, 2), query.transpose(1, 2), key.transpose(1, 2),
-                         value.transpose(1, 2), out.transpose(1, 2), lse_c, is_causal, scale, dq, dk, dv, false))
+                         value.transpose(1, 2), out.transpose(1, 2), lse_c, is_causal, scale, dq, dk, dv, false)) {
+            a.counts[2]++;
             return {dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)};
+        }
     }
+    // (counted where it calls _flash_attention_backward, which comes back here)
     return at::native::_scaled_dot_product_flash_attention_backward_cuda(
         dout, query, key, value, out, lse, cum_seq_q, cum_seq_k, max_q.expect_int(), max_k.expect_int(), dropout_p,
         is_causal, philox_seed, philox_offset, scale);
@@ -633,6 +646,7 @@ extern "C" int fa2_ext_sdpa_activate(const char *forward, const char *backward, 
         a.backward = &step_at(backward);
         a.decode = decode && *decode ? &step_at(decode) : nullptr;
         a.decode_max_seqlen_q = decode_max_seqlen_q;
+        for (auto &c : a.counts) c = 0;
         TORCH_CHECK_VALUE(a.forward->gpu && a.backward->gpu && (!a.decode || a.decode->gpu),
                           "the SDPA provider needs GPU steps");
         auto lib = std::make_unique<torch::Library>(torch::Library::IMPL, "aten", c10::DispatchKey::CUDA, __FILE__,
@@ -653,3 +667,7 @@ extern "C" int fa2_ext_sdpa_activate(const char *forward, const char *backward, 
 }
 
 extern "C" void fa2_ext_sdpa_deactivate(void) { sdpa().lib.reset(); }
+
+// How many calls of SDPA's flash path the steps computed (which = 0 forward, 2 backward) and
+// torch's kernels computed (1 forward, 3 backward) since the provider was last activated.
+extern "C" long fa2_ext_sdpa_count(int which) { return which >= 0 && which < 4 ? (long)sdpa().counts[which] : -1; }
