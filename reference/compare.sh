@@ -7,7 +7,10 @@
 # round's median launch time: a ratio does not move with the order of the runs.
 #
 # usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
-#   SET: seed, bench, sweep, decode, backward (reference/shapes.txt), or all (bench and sweep).
+#   SET: seed, bench, sweep, decode, backward (reference/shapes.txt), all (bench and sweep), or
+#   summary: the README's one table in one run and one CSV: every forward step at the summary
+#   set's prefill shape and its decode shape (with the bandwidth probe), the steps with a
+#   backward at the backward set's first shape (its headline), each as its own set would time it.
 #   Every set but backward leaves out the steps whose folder name ends in _backward (steps 14
 #   and 15): their forward is another step's (step 07's, step 10's), which has a row of its
 #   own; their rows are backward's.
@@ -49,11 +52,12 @@ ITERS=${ITERS:-50}
 
 set_name=${1:-${SHAPES:-seed}}
 case $set_name in
-  seed|bench|sweep|decode|backward) sets=("$set_name") ;;
+  seed|bench|sweep|decode|backward|summary) sets=("$set_name") ;;
   all) sets=(bench sweep) ;;
-  *) echo "error: compare.sh: SHAPES='$set_name' is not allowed (allowed: seed, bench, sweep, decode, backward, all)" >&2; exit 2 ;;
+  *) echo "error: compare.sh: SHAPES='$set_name' is not allowed (allowed: seed, bench, sweep, decode, backward, summary, all)" >&2; exit 2 ;;
 esac
 backward=$([ "$set_name" = backward ] && echo 1 || echo 0)
+summary=$([ "$set_name" = summary ] && echo 1 || echo 0)
 BWD_FULL_CHECK_MACS=4294967296  # 2^32: the fp64 backward on the CPU does about nine per count
 case $ROUNDS in ''|*[!0-9]*|0) echo "error: compare.sh: ROUNDS='$ROUNDS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
 case $ITERS in ''|*[!0-9]*|0) echo "error: compare.sh: ITERS='$ITERS' is not allowed (allowed: an integer >= 1)" >&2; exit 2 ;; esac
@@ -70,6 +74,10 @@ done
 . reference/shapes.sh
 for s in "${sets[@]}" seed; do shapes_of "$s" >/dev/null || exit 2; done  # a malformed shape: its one line
 mapfile -t shapes < <(for s in "${sets[@]}"; do shapes_of "$s"; done | awk '!seen[$0]++')
+# What each shape times, the forward (F) or the backward (B): one or the other for a whole set,
+# both in the summary (its shapes forward, then the backward's headline).
+mapfile -t entries < <(for s in "${shapes[@]}"; do echo "$([ $backward = 1 ] && echo B || echo F) $s"; done
+                       [ $summary = 1 ] && echo "B $(shapes_of backward | head -n 1)")
 seed_shape=$(shapes_of seed | head -n 1)
 
 gpu=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
@@ -78,20 +86,24 @@ if [ -z "$gpu" ]; then
   exit 3
 fi
 
-step_bins=()
+fwd_bins=()  # the forward's contenders
+bwd_bins=()  # the backward's
 missing=()
 for dir in steps/[0-9][0-9]_*; do
   compgen -G "$dir/kernel.c*" >/dev/null || continue  # a folder left empty by a rename
-  # SHAPES=backward: the steps with a backward (the others answer with fa2_refuse_backward)
-  [ $backward = 1 ] && grep -q fa2_refuse_backward "$dir"/kernel.c* && continue
-  # every other set: not the steps named *_backward (14, 15), which teach the backward; their
-  # forward is another step's (07's, 10's), timed under that step's own name
-  [ $backward = 0 ] && [[ $dir == *_backward ]] && continue
+  # the backward: the steps with a backward (the others answer with fa2_refuse_backward)
+  has_bwd=$( { [ $backward = 1 ] || [ $summary = 1 ]; } && ! grep -q fa2_refuse_backward "$dir"/kernel.c* && echo 1)
+  # the forward, in every other set: not the steps named *_backward (14, 15), which teach the
+  # backward; their forward is another step's (07's, 10's), timed under that step's own name
+  has_fwd=$([ $backward = 0 ] && [[ $dir != *_backward ]] && echo 1)
+  [ -n "$has_bwd$has_fwd" ] || continue
   id=$(basename "$dir" | cut -c1-2)
   [ -n "$STEPS" ] && [[ $step_ids != *" $id "* ]] && continue
   step_ids=${step_ids/ $id / }  # found: what is left of STEPS the set does not run
   bin=build/step$id/fa2
-  [ -x "$bin" ] && step_bins+=("$bin") || missing+=("$bin")
+  [ -x "$bin" ] || { missing+=("$bin"); continue; }
+  [ -n "$has_fwd" ] && fwd_bins+=("$bin")
+  [ -n "$has_bwd" ] && bwd_bins+=("$bin")
 done
 if [ -n "$STEPS" ] && [ -n "${step_ids// /}" ]; then
   # shellcheck disable=SC2086  # split on purpose: the ids, one space apart
@@ -131,7 +143,7 @@ rc=$?
 [ $rc -eq 3 ] && echo "compare: no wgmma on this GPU (the Hopper steps run only on compute capability 9.0): the % of wgmma column stays empty"
 [ $rc -ne 0 ] && [ $rc -ne 3 ] && echo "compare: the wgmma ceiling probe failed (exit $rc): the % of wgmma column stays empty"
 
-if [ "$set_name" = decode ]; then
+if [ "$set_name" = decode ] || [ $summary = 1 ]; then
   bandwidth_csv=results/bandwidth-$run_name.csv
   echo "== streaming-read bandwidth of $gpu"
   build/reference/bandwidth_ceiling --csv "$bandwidth_csv"
@@ -164,7 +176,10 @@ run() { # run COMMAND...: one timed run; its own line says what happened
   esac
 }
 
-for shape in "${shapes[@]}"; do
+for entry in "${entries[@]}"; do
+  shape=${entry#? }
+  backward=$([ "${entry%% *}" = B ] && echo 1 || echo 0)
+  if [ $backward = 1 ]; then step_bins=("${bwd_bins[@]}"); else step_bins=("${fwd_bins[@]}"); fi
   read -r b h hkv nq nk d causal dtype options <<<"$shape"
   args=(--batch "$b" --heads "$h" --kv-heads "$hkv" --seqlen-q "$nq" --seqlen-k "$nk" --dim "$d" --dtype "$dtype")
   [ "$causal" = 1 ] && args+=(--causal)
@@ -181,12 +196,13 @@ for shape in "${shapes[@]}"; do
       print (b * h * pairs * d <= most) ? 1 : 0 }')
   fi
   # The contenders: every step that runs at this shape (the CPU step and the scalar step take
-  # seconds per launch: the seed shape only), the cuBLAS baseline, and torch's backends as one.
+  # seconds per launch: the seed shape only, and the summary's forward shapes, which the README's
+  # table gives every step at), the cuBLAS baseline, and torch's backends as one.
   # A KV cache's shape (options): the steps whose kernel file does not answer with
   # fa2_refuse_kv_cache (the others would refuse it, exit 2, in one line each).
   contenders=()
   for bin in "${step_bins[@]}"; do
-    case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || continue ;; esac
+    case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || { [ $summary = 1 ] && [ $backward = 0 ]; } || continue ;; esac
     [ -n "$options" ] && grep -q fa2_refuse_kv_cache steps/"$(basename "$(dirname "$bin")" | cut -c5-6)"_*/kernel.c* && continue
     contenders+=("$bin")
   done
@@ -218,6 +234,8 @@ done
 
 echo
 echo "== $gpu${FA2_EMULATE:+ as $FA2_EMULATE}, $today: $runs runs ($ROUNDS rounds), $failed failed, $unsupported unsupported; rows in $csv"
+backward=$([ "$set_name" = backward ] && echo 1 || echo 0)
+[ $summary = 1 ] && awk -v mode=text -v backward=1 -v ceiling_csv="$ceiling_csv" -f reference/table.awk "$csv"
 awk -v mode=text -v backward="$backward" -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" \
     -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
 [ $failed -eq 0 ]

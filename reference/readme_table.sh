@@ -14,16 +14,17 @@
 # instead: one table per backward shape, from the backward rows alone (TFLOP/s counting 2.5
 # forwards, against torch's backward per backend, % of the ceiling of the instruction a row runs).
 #
-# With --summary, the README's one results table instead: the shapes of the summary set of
-# reference/shapes.txt that the CSV holds (prefill shapes from a bench CSV, between
-#   <!-- summary-compare-table:begin -->  and  <!-- summary-compare-table:end -->,
-# the decode shape from a decode CSV, between the summary-decode-table lines), the GPU steps
-# and torch's FA2, cuDNN and default rows only; the full tables live on a results page.
+# With --summary, the README's one table instead, from a CSV of `make compare SHAPES=summary`,
+# between  <!-- summary-table:begin -->  and  <!-- summary-table:end -->: a row per step (what
+# it adds: its page's title; what it runs on: the Makefile's lists), each at its headline shape
+# (table.awk's mode=front: the forward steps at the summary set's prefill shape, the decode
+# steps, those that take a KV cache, at its decode shape, the backward steps at the backward
+# set's first shape), against torch's cuDNN and FA2 backends measured in the same rounds.
 #
 # usage: bash reference/readme_table.sh [--summary] [CSV [README]]
-#   CSV: default the newest results/compare-*.csv; its ceiling is the ceiling-*.csv beside it.
-#   README: the page to rewrite (default README.md with --summary, else docs/results-h100.md;
-#   docs/results-h200.md holds the H200's full tables).
+#   CSV: default the newest results/compare/compare-*.csv; its ceiling is the ceiling-*.csv
+#   (and bandwidth-*.csv) beside it.
+#   README: the page to rewrite (default README.md with --summary, else docs/results-h200.md).
 set -euo pipefail
 summary=0
 if [ "${1:-}" = --summary ]; then summary=1; shift; fi
@@ -33,15 +34,78 @@ cd "$(dirname "$0")/.."
 
 csv=${1:-}
 if [ -z "$csv" ]; then
-  for f in results/compare-*.csv; do
+  for f in results/compare/compare-*.csv results/compare-*.csv; do
     if [ -e "$f" ] && { [ -z "$csv" ] || [ "$f" -nt "$csv" ]; }; then csv=$f; fi
   done
 fi
-readme=${2:-$([ $summary = 1 ] && echo README.md || echo docs/results-h100.md)}
+readme=${2:-$([ $summary = 1 ] && echo README.md || echo docs/results-h200.md)}
 if [ -z "$csv" ] || [ ! -f "$csv" ]; then
   echo "error: readme_table.sh: no compare CSV ('${csv:-results/compare-*.csv}'): run make compare first" >&2
   exit 2
 fi
+ceiling_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/ceiling-/')
+bandwidth_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/bandwidth-/')
+gpu=$(awk -F, 'FNR > 1 && $2 != "CPU" { g = $2 } END { print g }' "$csv")
+dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } END { print (f == l ? f : f " to " l) }' "$csv")
+# The steps that run wgmma, the Makefile's one list (table.awk holds them to wgmma's ceiling,
+# every other GPU step to mma.sync's).
+wgmma_steps=$(make -s --no-print-directory hopper-steps 2>/dev/null || true)
+
+if [ $summary = 1 ]; then
+  begin="<!-- summary-table:begin -->"
+  end="<!-- summary-table:end -->"
+  if [ "$(grep -cxF "$begin" "$readme")" != 1 ] || [ "$(grep -cxF "$end" "$readme")" != 1 ]; then
+    echo "error: readme_table.sh: $readme needs the lines '$begin' and '$end', once each" >&2
+    exit 2
+  fi
+  info=$(mktemp) block=$(mktemp)
+  trap 'rm -f "$info" "$block" "$block.readme"' EXIT
+  tma_steps=$(make -s --no-print-directory tma-steps 2>/dev/null || true)
+  decode_steps=""
+  for dir in steps/[0-9][0-9]_*; do
+    compgen -G "$dir/kernel.c*" >/dev/null || continue
+    id=$(basename "$dir" | cut -c1-2)
+    page=docs/$(basename "$dir").md
+    # what it adds: the page's title after "Step NN: ", up to its dash
+    adds=$(sed -n '1s/^# Step [0-9][0-9]: *//p' "$page" 2>/dev/null | sed 's/ *—.*//')
+    if [ "$id" = 00 ]; then runs=CPU
+    elif [[ " $wgmma_steps " == *" $id "* ]]; then runs="H100, H200"
+    elif [[ " $tma_steps " == *" $id "* ]]; then runs="sm_90+"
+    else runs="sm_80+"; fi
+    [ "$id" != 00 ] && ! grep -q fa2_refuse_kv_cache "$dir"/kernel.c* && decode_steps+=" $id"
+    printf '%s\t%s\t%s\t%s\n' "$id" "${adds:-$(basename "$dir" | cut -c4-)}" "$runs" "$page" >>"$info"
+  done
+  prefill=$(shapes_of summary | awk 'NR == 1')
+  decode=$(shapes_of summary | awk '$4 == 1' | head -n 1)
+  bwd=$(shapes_of backward | head -n 1)
+  label() { awk '{ printf "%s B%s H%s%s N%s%s d%s%s", $8, $1, $2, ($3 != $2 ? " Hkv" $3 : ""), ($4 == $5 ? $4 : "q" $4 " Nk" $5), "", $6, ($7 == 1 ? " causal" : "") }' <<<"$1"; }
+  gbps=$(awk -F, '$1 == "stream_read" { g = $4 } END { print g }' "$bandwidth_csv" 2>/dev/null)
+  mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv" 2>/dev/null)
+  wgmma=$(awk -F, '$1 == "wgmma_m64n256k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv" 2>/dev/null)
+  rounds=$(awk -F, 'FNR > 1 && $19 != "UNSUPPORTED" { n[$1 "," $4 "," $5 "," $6 "," $8 "," $9 "," $10 "," $11]++ }
+                    END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
+  {
+    echo "<!-- written by reference/readme_table.sh from $csv: edit that, not this -->"
+    echo "Measured on **$gpu**, $dates, with \`make compare SHAPES=summary\` in $rounds rounds: each time the median over"
+    echo "the rounds of each round's median launch, L2 flushed before each launch, torch measured in the same rounds."
+    echo "The forward steps at $(label "$prefill"); the decode step at $(label "$decode") (GB/s of K and V);"
+    echo "the backward steps at $(label "$bwd"), their backward (TFLOP/s count 2.5 forwards) against torch's backward."
+    echo "Ceilings measured in the same run: mma.sync ${mma:-?} and wgmma ${wgmma:-?} TFLOP/s (fp16), streaming read ${gbps:-?} GB/s."
+    grep -q ',UNCHECKED,' "$csv" && echo "UNCHECKED: timed but not compared with the fp64 reference at this shape (too slow on the CPU); \`make test\` checks every step over its matrix."
+    echo
+    awk -v mode=front -v front_info="$info" -v decode_steps="$decode_steps" -v wgmma_steps="$wgmma_steps" \
+        -v front_shapes="$prefill;$decode;$bwd" -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" \
+        -f reference/table.awk "$csv"
+  } >"$block"
+  awk -v begin="$begin" -v end="$end" -v block="$block" '
+    $0 == begin { print; while ((getline line < block) > 0) print line; skip = 1; next }
+    $0 == end { skip = 0 }
+    !skip' "$readme" >"$block.readme"
+  cat "$block.readme" >"$readme"
+  echo "readme_table.sh: $readme's table rewritten from $csv ($gpu, $dates)"
+  exit 0
+fi
+
 # Which shapes the run took: sweep rows mean SHAPES=all, other rows beyond the seed SHAPES=bench,
 # rows at a decode shape SHAPES=decode; the rounds are the most rows one contender has at one shape.
 has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of SET that OTHER lacks?
@@ -57,29 +121,12 @@ has_rows_of decode seed && table=decode
 marker=$table-table
 shapes=$(shapes_of "$([ $table = compare ] && echo bench || echo $table)")
 rows_csv=$csv
-if [ $summary = 1 ] && [ $table = backward ]; then
-  echo "error: readme_table.sh: --summary with a backward CSV ($csv) is not allowed (allowed: a bench or decode CSV; the backward's tables: without --summary)" >&2
-  exit 2
-fi
-if [ $summary = 1 ]; then
-  marker=summary-$marker
-  shapes=$(shapes_of summary | grep -xF "$shapes" || true)
-  # the GPU steps and torch's FA2, cuDNN and default backends: a reader's three comparisons
-  # (table.awk leaves out the forward rows of the steps named *_backward, as in every table)
-  rows_csv=$(mktemp)
-  awk -F, 'FNR == 1 || ($1 ~ /^[0-9][0-9]_/ && $1 !~ /^00_/) || $1 ~ /^torch_sdpa_(flash|cudnn|default)$/' "$csv" >"$rows_csv"
-fi
 begin="<!-- $marker:begin -->"
 end="<!-- $marker:end -->"
 if [ "$(grep -cxF "$begin" "$readme")" != 1 ] || [ "$(grep -cxF "$end" "$readme")" != 1 ]; then
   echo "error: readme_table.sh: $readme needs the lines '$begin' and '$end', once each" >&2
   exit 2
 fi
-ceiling_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/ceiling-/')
-
-# Device and dates of the rows (step 00's rows say CPU: the GPU is the run's device).
-gpu=$(awk -F, 'FNR > 1 && $2 != "CPU" { g = $2 } END { print g }' "$csv")
-dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } END { print (f == l ? f : f " to " l) }' "$csv")
 command='make compare'
 if [ $table = decode ]; then command='make compare SHAPES=decode'
 elif [ $table = backward ]; then command='make compare SHAPES=backward'
@@ -88,7 +135,6 @@ elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_r
 rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { kv = NF >= 22 && $NF !~ /"$/ ? "," $(NF - 1) "," $NF : ""
                                                                   n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 kv]++ }
                   END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
-bandwidth_csv=$(dirname "$csv")/$(basename "$csv" | sed 's/^compare-/bandwidth-/')
 [ $table = decode ] && [ -f "$bandwidth_csv" ] || bandwidth_csv=""
 ceiling_note=""
 if [ $table = decode ]; then
@@ -101,9 +147,6 @@ elif [ -f "$ceiling_csv" ]; then
   [ -n "$wgmma" ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
   [ -n "$ceiling_note" ] && ceiling_note="$ceiling_note from \`$ceiling_csv\`"
 fi
-# The steps that run wgmma, the Makefile's one list (table.awk holds them to wgmma's ceiling,
-# every other GPU step to mma.sync's).
-wgmma_steps=$(make -s --no-print-directory hopper-steps 2>/dev/null || true)
 ceiling_rule=""
 if [ $table != decode ] && [ -n "${wgmma:-}" ]; then
   if [ -n "$wgmma_steps" ]; then
@@ -114,7 +157,7 @@ if [ $table != decode ] && [ -n "${wgmma:-}" ]; then
 fi
 
 block=$(mktemp)
-trap 'rm -f "$block" "$block.readme"; [ "$rows_csv" = "$csv" ] || rm -f "$rows_csv"' EXIT
+trap 'rm -f "$block" "$block.readme"' EXIT
 {
   echo "<!-- written by reference/readme_table.sh from $csv: edit that, not this -->"
   echo "Measured on **$gpu**, $dates, with \`$command\` in $rounds round$([ "$rounds" = 1 ] || echo s) (rows: \`$csv\`$ceiling_note)."
@@ -131,7 +174,7 @@ trap 'rm -f "$block" "$block.readme"; [ "$rows_csv" = "$csv" ] || rm -f "$rows_c
         -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$rows_csv"
   else
     awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
-        -v sweep="$([ $summary = 1 ] || shapes_of sweep | tr '\n' ';')" -v wgmma_steps="$wgmma_steps" \
+        -v sweep="$(shapes_of sweep | tr '\n' ';')" -v wgmma_steps="$wgmma_steps" \
         -f reference/table.awk "$rows_csv"
   fi
 } >"$block"

@@ -103,7 +103,9 @@ NF >= 19 {
     has_row[key, $1] = 1
     is_bwd = $1 ~ /^torch_sdpa_[a-z]+_backward$/ || ($1 ~ /_backward$/ && (key, substr($1, 1, length($1) - 9)) in has_row)
     n_backward += is_bwd
-    if (is_bwd != (backward == 1)) next
+    # the front table takes both: a backward row under its shape's key marked "B:"
+    if (mode == "front") { if (is_bwd) key = "B:" key }
+    else if (is_bwd != (backward == 1)) next
     # a _backward step's forward row: its forward is another step's (the header says why)
     if (!is_bwd && $1 ~ /^[0-9][0-9]_/ && $1 ~ /_backward$/) next
     step_name = is_bwd ? substr($1, 1, length($1) - 9) : $1
@@ -183,7 +185,7 @@ function tflops_of(key, step,    f, m) {
     split(key, f, "|"); split(f[2], f, " ")
     # From the time, not the CSV's 2-decimal column: step 00 on the CPU is below 0.01 TFLOP/s.
     # A backward counts 2.5 forwards.
-    return (backward == 1 ? 2.5 : 1) * 4 * f[1] * f[2] * visible_pairs(f[4], f[5], f[7]) * f[6] / (m * 1e-3) / 1e12
+    return (backward == 1 || key ~ /^B:/ ? 2.5 : 1) * 4 * f[1] * f[2] * visible_pairs(f[4], f[5], f[7]) * f[6] / (m * 1e-3) / 1e12
 }
 
 # Sort key: the steps in order, then the cuBLAS baseline, then torch's backends, then the rest.
@@ -348,8 +350,57 @@ function print_sweep(    specs, n_specs, i, j, k, key, keys, n_keys, steps, n_st
     }
 }
 
+# The README's one table (mode=front): a row per step, each at its own headline shape: the
+# forward steps at front_shapes' first (prefill) shape, the steps of decode_steps at its second
+# (decode) shape, in GB/s and % of the bandwidth, the backward's steps (those with backward
+# rows) at its third, their backward's TFLOP/s; each against torch's cuDNN and FA2 backends at
+# the same shape (the backward against theirs). front_info is a file of tab-separated lines,
+# one per step in order: its number, what it adds, what it runs on, its page.
+function front_row(id, adds, runs, page,    keys, n, kind, key, list, m, i, s, metric, top, share, cudnn, flash) {
+    n = split(front_shapes, keys, ";")
+    kind = (id in front_decode) ? 2 : 1
+    key = spec_key(keys[kind])
+    if (n >= 3 && (("B:" spec_key(keys[3])) in seen_shape)) {
+        m = split(steps_of["B:" spec_key(keys[3])], list, " ")
+        for (i = 1; i <= m; i++) if (substr(list[i], 1, 3) == id "_") { kind = 3; key = "B:" spec_key(keys[3]) }
+    }
+    s = ""
+    m = split(steps_of[key], list, " ")
+    for (i = 1; i <= m; i++) if (substr(list[i], 1, 3) == id "_") s = list[i]
+    if (s == "" || median_ms(key, s) == "") { printf "| [%s](%s) | %s | %s | - | - | - | - | - |\n", id, page, adds, runs; return }
+    split(key, keys, "|"); sub(/^B:/, "", keys[1])
+    if (kind == 2) {
+        metric = gbps_of(key, s); cudnn = gbps_of(key, "torch_sdpa_cudnn"); flash = gbps_of(key, "torch_sdpa_flash")
+        share = bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.0f%% of bandwidth", 100 * metric / bandwidth) : "-"
+        metric = fmt_tflops(metric) " GB/s"
+    } else {
+        metric = tflops_of(key, s); cudnn = tflops_of(key, "torch_sdpa_cudnn"); flash = tflops_of(key, "torch_sdpa_flash")
+        top = (substr(s, 1, 2) in runs_wgmma) ? "wgmma" : "mma.sync"
+        share = ceiling_share(key, s, metric, keys[1], top == "wgmma")
+        share = share == "-" ? "-" : share " of " top
+        metric = fmt_tflops(metric) " TFLOP/s"
+    }
+    if (kind != 2) sub(/\.[0-9]%/, "%", share)
+    printf "| [%s](%s)%s | %s | %s | %s | %s | %s | %s | %s |\n", id, page, status[key, s] == "PASS" ? "" : " [" status[key, s] "]",
+           adds, runs, fmt_ms(median_ms(key, s)), metric, share,
+           device[key, s] == "CPU" ? "-" : fmt_ratio(cudnn == "" ? "" : (kind == 2 ? gbps_of(key, s) : tflops_of(key, s)), cudnn),
+           device[key, s] == "CPU" ? "-" : fmt_ratio(flash == "" ? "" : (kind == 2 ? gbps_of(key, s) : tflops_of(key, s)), flash)
+}
+
+function print_front(    line, f, n, ids, i) {
+    n = split(decode_steps, ids, " ")
+    for (i = 1; i <= n; i++) front_decode[ids[i]] = 1
+    print "| step | what it adds | runs on | time (ms) | speed | % of ceiling | vs cuDNN | vs torch's FA2 |"
+    print "|---|---|---|---:|---:|---:|---:|---:|"
+    while ((getline line < front_info) > 0) {
+        split(line, f, "\t")
+        front_row(f[1], f[2], f[3], f[4])
+    }
+}
+
 END {
     if (mode == "count_backward") { print n_backward + 0; exit }
+    if (mode == "front") { print_front(); exit }
     if (shapes == "") {
         for (i = 1; i <= n_shapes; i++) print_table(shape_order[i])
     } else {
