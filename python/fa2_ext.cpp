@@ -43,6 +43,7 @@
 #include <sstream>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "fa2.h"
 
@@ -65,14 +66,15 @@ struct Step {
 
 std::mutex steps_mutex;
 
-const Step &step_at(c10::string_view path_view)
+const Step &step_at(c10::string_view path)
 {
-    static std::unordered_map<std::string, std::unique_ptr<Step>> steps;
-    std::string path(path_view);
+    // a handful of libraries, compared in place: a call allocates nothing to find its step
+    static std::vector<std::pair<std::string, std::unique_ptr<Step>>> steps;
     std::lock_guard<std::mutex> lock(steps_mutex);
-    auto it = steps.find(path);
-    if (it != steps.end()) return *it->second;
-    void *h = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+    for (auto &entry : steps)
+        if (c10::string_view(entry.first) == path) return *entry.second;
+    std::string file(path);
+    void *h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
     TORCH_CHECK_VALUE(h, "step library ", path, " does not load: ", dlerror());
     auto s = std::make_unique<Step>();
     auto sym = [&](const char *name) {
@@ -90,7 +92,8 @@ const Step &step_at(c10::string_view path_view)
     s->last_error = reinterpret_cast<decltype(s->last_error)>(sym("fa2_last_error"));
     s->name = reinterpret_cast<const char *(*)()>(sym("fa2_name"))();
     s->gpu = reinterpret_cast<int (*)()>(sym("fa2_runs_on_gpu"))() != 0;
-    return *steps.emplace(path, std::move(s)).first->second;
+    steps.emplace_back(file, std::move(s));
+    return *steps.back().second;
 }
 
 // ---- words as Python prints them: shapes as tuples, dtypes as torch.float16 -----------------
@@ -123,14 +126,17 @@ struct Named {
 void check_inputs(const Step &s, Named *named, int n)
 {
     const Tensor &q = *named[0].t;
-    std::string names;
-    for (int i = 0; i < n; i++) names += std::string(i ? ", " : "") + named[i].name;
+    auto names = [&]() {
+        std::string all;
+        for (int i = 0; i < n; i++) all += std::string(i ? ", " : "") + named[i].name;
+        return all;
+    };
     for (int i = 0; i < n; i++) {
         const Tensor &t = *named[i].t;
         TORCH_CHECK_VALUE(t.dim() == 4, named[i].name, ": a 4-D torch tensor ", named[i].layout, " is required");
         auto st = t.scalar_type();
         TORCH_CHECK_VALUE((st == at::kHalf || st == at::kBFloat16) && st == q.scalar_type(), named[i].name,
-                          " dtype ", dtype_str(t), " (allowed: float16 or bfloat16, the same for ", names, ")");
+                          " dtype ", dtype_str(t), " (allowed: float16 or bfloat16, the same for ", names(), ")");
         check_device(s, named[i].name, t, q);
     }
     for (int i = 0; i < n; i++)
