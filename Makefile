@@ -200,6 +200,11 @@ figures: $(filter .venv/bin/python,$(PLOT_PYTHON)) scratch-build
 .venv/bin/python:
 	$(PYTHON) -m venv .venv && .venv/bin/pip install -q -r plots/requirements.txt
 
+# ---- PyTorch: the steps as operators (python/fa2_ext.cpp into build/torch/, torch's cpp_extension) ----
+.PHONY: torch
+torch:
+	$(PYTHON) python/fa2.py --build
+
 # ---- tests ----
 .PHONY: reference-programs
 reference-programs: $(REFERENCE_TARGETS)

@@ -459,15 +459,17 @@ n=$(bash -c '. reference/shapes.sh; shapes_of decode' | grep -c 'page=\|lens=')
 [ "$n" = 14 ] && result PASS "reference/shapes.txt's decode set has 14 KV-cache shapes (6 x pages of 16 and 256, the mixed batch twice)" ||
   result FAIL "the KV-cache shapes of shapes.txt's decode set" "$n, want 14"
 
-echo "== Python: the torch binding (python/fa2.py) with step 00, sdpa.py's fp64 backward, and the plots"
+echo "== Python: the torch operators (python/fa2.py, fa2_ext.cpp) with step 00, sdpa.py's fp64 backward, and the plots"
 if python3 -c 'import torch' >/dev/null 2>&1; then
   run_program torch-cpu python3 tests/test_torch.py 00
   run_program kvcache-cpu python3 tests/test_kvcache.py 00  # attention_with_kvcache: pages, lengths, bad input
+  # the operators themselves: opcheck, fake kernels, a model compiled with fullgraph=True
+  run_program torch-ops-cpu python3 tests/test_torch_ops.py --cpu
   run_program sdpa-backward python3 tests/test_sdpa_backward.py
   # a small transformer trained through the binding with step 00's forward and backward,
   # against the same model on torch SDPA (python/train.py: 300 steps, two seeds, about a minute)
   run_program train-cpu python3 python/train.py --step 00 --device cpu
-else result SKIP "the torch binding on the CPU (step 00, a KV cache), sdpa.py's fp64 backward, the training run" "torch is not installed (pip install torch)"; fi
+else result SKIP "the torch operators on the CPU (step 00, a KV cache, opcheck, a fullgraph compile), sdpa.py's fp64 backward, the training run" "torch is not installed (pip install torch)"; fi
 if python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
   for plot in progression scaling; do  # on the newest committed compare CSV, as make plots with no CSV
     if python3 "plots/$plot.py" --out "$LOG/$plot.png" >"$LOG/plot-$plot.log" 2>&1 && [ -s "$LOG/$plot.png" ]; then
@@ -577,6 +579,9 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
     run_program torch-gpu python3 tests/test_torch.py "${ids[@]}"
     # attention_with_kvcache: checked where a step takes a KV cache, else refused with the step's reason
     run_program kvcache-gpu python3 tests/test_kvcache.py "${ids[@]}"
+    # the operators on the GPU: opcheck, a fullgraph compile, a CUDA graph of decode (pages,
+    # lengths), and SDPA's flash path through the steps inside a transformers Llama
+    run_program torch-ops-gpu python3 tests/test_torch_ops.py --gpu
     # the training run with the backward step's forward and backward, on the GPU
     for id in "${ids[@]}"; do
       grep -q fa2_refuse_backward steps/"$id"_*/kernel.cu && continue

@@ -211,6 +211,13 @@ def cuda_graph_decode(step):
     attempt(f"CUDA graph of fa2.attention (step {step}) captured and replayed with a new q", attention_graph)
 
 
+def set_attention(model, name):
+    if hasattr(model, "set_attn_implementation"):
+        model.set_attn_implementation(name)
+    else:  # older transformers
+        model.config._attn_implementation = name
+
+
 def sdpa_provider(fwd_step, bwd_step, decode_step):
     """fa2.activate_sdpa inside a transformers Llama (tiny, GQA 8:2, d128, bf16, random weights):
     prefill logits, one decode step over the cache and a training step's gradients against torch's
@@ -243,9 +250,9 @@ def sdpa_provider(fwd_step, bwd_step, decode_step):
 
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         flash = outputs()
-    model.set_attn_implementation("eager")
+    set_attention(model, "eager")
     eager = outputs()
-    model.set_attn_implementation("sdpa")
+    set_attention(model, "sdpa")
     try:
         fa2.activate_sdpa(fwd_step, bwd_step, decode_step)
     except Exception as e:  # noqa: BLE001

@@ -251,7 +251,7 @@ def llama(args):
     def decode():
         with torch.no_grad():
             model(next_token, past_key_values=state["cache"], use_cache=True)
-            state["cache"].crop(2048)
+            state["cache"].crop(-1)  # back to the 2048 keys
 
     def decode_setup():
         with torch.no_grad():
