@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""A short training run through python/fa2.py: one small transformer trained on a synthetic copy
-task twice per seed, once with its attention (forward and backward) from a step of this
-repository and once from torch SDPA, from the same initial weights on the same batches. The
+"""A short training run through python/fa2.py's operators: one small transformer trained on a
+synthetic copy task twice per seed, once with its attention (forward and backward) from a step
+of this repository (fa2.attention: torch.ops.fa2.fwd, whose autograd runs torch.ops.fa2.bwd) and
+once from torch SDPA, from the same initial weights on the same batches. The
 copy can only be learnt through attention (a token of the second half is the token L + 1
 positions back), so wrong attention gradients show as a loss that falls later or not at all.
 
@@ -11,7 +12,10 @@ run, the largest gap between the step and SDPA at one seed is at most the gap be
 own curves at two seeds. Prints one PASS or FAIL line per rule, a summary line per run, and
 writes every step's loss to --csv.
 
-usage: python3 python/train.py [--step 14] [--backward-step ID] [--steps 300] [--seeds 0,1]
+With --compile both models run under torch.compile(fullgraph=True): the operators trace with
+no graph break.
+
+usage: python3 python/train.py [--step 14] [--backward-step ID] [--steps 300] [--seeds 0,1] [--compile]
          [--device cuda|cpu] [--dtype bf16|fp16] [--batch 16] [--copy-len 16] [--layers 2]
          [--heads 4] [--kv-heads 2] [--head-dim 64] [--lr 1e-3] [--csv OUT.csv]
 Step 00 runs on the CPU (--device cpu), the others on the GPU; after `make all`."""
@@ -94,11 +98,12 @@ def train(args, seed, attend):
     torch.manual_seed(seed)
     model = Model(args, attend).to(args.device)
     opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.0)
+    forward = torch.compile(model, fullgraph=True) if args.compile else model
     gen = torch.Generator().manual_seed(1000 + seed)
     losses = []
     for _ in range(args.steps):
         tokens = copy_batch(gen, args.batch, args.copy_len, args.device)
-        logits = model(tokens[:, :-1])
+        logits = forward(tokens[:, :-1])
         # predictions at positions copy_len .. 2 copy_len - 1 are the copied tokens
         loss = F.cross_entropy(logits[:, args.copy_len:].reshape(-1, VOCAB),
                                tokens[:, args.copy_len + 1:].reshape(-1))
@@ -129,6 +134,7 @@ def main():
     ap.add_argument("--head-dim", type=int, default=64)
     ap.add_argument("--lr", type=float, default=1e-3)
     ap.add_argument("--csv", default=None)
+    ap.add_argument("--compile", action="store_true", help="torch.compile(fullgraph=True) both models")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     for name, value, ok, allowed in (
