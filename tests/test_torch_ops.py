@@ -298,9 +298,13 @@ def sdpa_provider(fwd_step, bwd_step, decode_step):
 
     with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
         again = outputs()
-    same = all(torch.equal(a, b) for a, b in zip(again, flash))
-    report(same and current_flash_attention_impl() is None,
-           "deactivate_sdpa: torch's flash kernels again, the Llama's outputs bit for bit as before activation")
+    # logits bit for bit; the gradients to torch's own run-to-run spread (its backward adds dQ
+    # with atomics, in no fixed order)
+    same = torch.equal(again[0], flash[0]) and torch.equal(again[1], flash[1])
+    grad_err = rel(again[2], flash[2])
+    report(same and grad_err <= 1e-3 and current_flash_attention_impl() is None,
+           "deactivate_sdpa: torch's flash kernels again (the Llama's logits bit for bit as before activation, "
+           f"gradients rel L2 {grad_err:.1e})", f"logits identical {same}, gradients rel L2 {grad_err:.1e}")
 
 
 def main():
