@@ -65,12 +65,13 @@ def read_rows(path):
     return rows
 
 
-def seed_shape(dtype=None):
-    """The seed shape of reference/shapes.txt as (dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal)."""
-    seeds = read_shapes("seed")
-    if not seeds:
-        raise SystemExit("error: reference/shapes.txt has no seed shape")
-    return (dtype or seeds[0][7],) + seeds[0][:7]
+def headline_shape(dtype=None):
+    """The README's prefill shape, the summary set's first in reference/shapes.txt, as
+    (dtype, batch, heads_q, heads_kv, seqlen_q, seqlen_k, head_dim, causal)."""
+    shapes = read_shapes("summary")
+    if not shapes:
+        raise SystemExit("error: reference/shapes.txt has no summary shape")
+    return (dtype or shapes[0][7],) + shapes[0][:7]
 
 
 def shape_of(r):
@@ -94,9 +95,8 @@ def by_step_and_shape(rows):
 
 def results_csvs_newest_first():
     """results/**/compare-*.csv, newest first: in the order git's commits added them, or, in a
-    tree without git's history (a release's archive, a copy), by the run folder's date and run
-    number (results/2026-11-24-h100-r21/) and then the file's name (its date, and -N for a later
-    run of the day)."""
+    tree without git's history (a release's archive, a copy), by the date in the file's name (and
+    -N for a later run of the day), then the name."""
     try:
         names = subprocess.run(["git", "-C", ROOT, "log", "--diff-filter=A", "--name-only", "--format=", "--",
                                 "results"], capture_output=True, text=True, check=True).stdout.split()
@@ -107,9 +107,8 @@ def results_csvs_newest_first():
         return [os.path.join(ROOT, n) for n in names]
 
     def order(path):
-        folder = os.path.relpath(path, os.path.join(ROOT, "results")).split(os.sep)[0]
-        run = re.search(r"-r(\d+)$", folder)
-        return (folder[:10], int(run.group(1)) if run else -1, os.path.basename(path))
+        dated = re.search(r"(\d{4}-\d\d-\d\d)(?:-(\d+))?\.csv$", path)
+        return (dated.group(1), int(dated.group(2) or 1), os.path.basename(path)) if dated else ("", 0, path)
     return sorted(glob.glob(os.path.join(ROOT, "results", "**", "compare-*.csv"), recursive=True), key=order, reverse=True)
 
 

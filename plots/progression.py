@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Bar chart of the step-by-step progression: TFLOP/s of every step at one shape (the
-seed shape of reference/shapes.txt unless --shape), on a log scale so that the CPU step
+README's prefill shape, the summary set of reference/shapes.txt, unless --shape), on a log scale so that the CPU step
 and the first GPU steps show next to the fast ones, with the peers (cuBLAS unfused, torch
 SDPA) and the measured mma.sync ceiling (and on Hopper the wgmma ceiling) as labelled lines.
 
@@ -19,10 +19,10 @@ import csvdata  # noqa: E402
 
 def parse_args():
     ap = csvdata.base_parser(__doc__, "plots/progression.png")
-    ap.add_argument("--shape", help="batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal (default: the seed shape)")
+    ap.add_argument("--shape", help="batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal (default: the README's prefill shape)")
     a = ap.parse_args()
     if a.shape is None:
-        a.shape = csvdata.seed_shape(a.dtype)
+        a.shape = csvdata.headline_shape(a.dtype)
     else:
         try:
             b, h, hkv, nq, nk, d, causal = (int(x) for x in a.shape.split(","))
@@ -30,8 +30,7 @@ def parse_args():
             ap.error(f"--shape '{a.shape}' is not allowed "
                      "(allowed: seven integers batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal)")
         a.shape = (a.dtype, b, h, hkv, nq, nk, d, causal)
-    # with no CSV given, the newest committed one with GPU steps' rows at the shape (a decode run has
-    # none at the seed shape, a backward run none once its backward rows are left out)
+    # with no CSV given, the newest committed one with GPU steps' rows at the shape
     a.csv = a.csv or csvdata.newest_committed_csv(
         lambda path: any(csvdata.shape_of(r) == a.shape and csvdata.is_step(r["step"]) and r["device"] != "CPU"
                          for r in csvdata.read_rows(path)))

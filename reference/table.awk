@@ -371,7 +371,7 @@ function front_row(id, adds, runs, page,    keys, n, kind, key, list, m, i, s, m
     split(key, keys, "|"); sub(/^B:/, "", keys[1])
     if (kind == 2) {
         metric = gbps_of(key, s); cudnn = gbps_of(key, "torch_sdpa_cudnn"); flash = gbps_of(key, "torch_sdpa_flash")
-        share = bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.0f%% of bandwidth", 100 * metric / bandwidth) : "-"
+        share = bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.1f%% of bandwidth", 100 * metric / bandwidth) : "-"
         metric = fmt_tflops(metric) " GB/s"
     } else {
         metric = tflops_of(key, s); cudnn = tflops_of(key, "torch_sdpa_cudnn"); flash = tflops_of(key, "torch_sdpa_flash")
@@ -380,7 +380,7 @@ function front_row(id, adds, runs, page,    keys, n, kind, key, list, m, i, s, m
         share = share == "-" ? "-" : share " of " top
         metric = fmt_tflops(metric) " TFLOP/s"
     }
-    if (kind != 2) sub(/\.[0-9]%/, "%", share)
+    if (share != "-") share = sprintf(share + 0 >= 10 ? "%.0f%%" : "%.1f%%", share + 0) substr(share, index(share, "%") + 1)  # two digits are enough above 10%
     printf "| [%s](%s)%s | %s | %s | %s | %s | %s | %s | %s |\n", id, page, status[key, s] == "PASS" ? "" : " [" status[key, s] "]",
            adds, runs, fmt_ms(median_ms(key, s)), metric, share,
            device[key, s] == "CPU" ? "-" : fmt_ratio(cudnn == "" ? "" : (kind == 2 ? gbps_of(key, s) : tflops_of(key, s)), cudnn),

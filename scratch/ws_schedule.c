@@ -20,13 +20,13 @@
  *
  *  - qk_ns, pv_ns: one consumer's S = Q K^T (m64n128k16 x D/16) and O += P V (m64nDk16 x 8)
  *    at the tensor cores' full rate. MEASURED basis: the wgmma ceiling of an NVIDIA H200,
- *    964.1 TFLOP/s fp16 (results/2026-11-24-h200-r19/ceiling-nvidia-h200-2026-11-24.csv),
+ *    964.1 TFLOP/s fp16 (results/10_warp_specialized/ceiling-nvidia-h200-2026-11-24.csv),
  *    over its 132 SMs: 2 x 64 x 128 x 128 FLOP / (964.1e12 / 132) = 287 ns at d128.
  *  - softmax_ns: everything a consumer does between its products besides waiting (masking,
  *    the row max and sum, exp2 on the MUFU, the rescale of O, packing P). CALIBRATED: the
  *    value for which this model's step 10 block of 32 key tiles takes the measured time per
  *    block at B4 H16 N4096 d128 fp16 non-causal on the same H200: 0.95677 ms (median of the
- *    three rounds' medians, 0.95712 / 0.95677 / 0.95603 ms, results/2026-11-24-h200-r19/
+ *    three rounds' medians, 0.95712 / 0.95677 / 0.95603 ms, results/10_warp_specialized/
  *    compare-nvidia-h200-2026-11-24.csv) over 16 waves of blocks (2048 blocks of 128 rows,
  *    one per SM on 132 SMs) = 59,798 ns per block. It therefore also absorbs the block's
  *    start, its epilogue and whatever else the model leaves out.

@@ -223,22 +223,22 @@ for args in "--bytes 12" "--bytes" "--bytes -16" "--flush maybe" "--frob"; do
 done
 # the per-instruction counters' readings, on a recorded profile (step 14's backward, H100):
 # its dQ reductions touch 8 lines and 8 sectors an instruction
-if python3 tools/sass_stalls.py <(zcat results/2026-11-24-h100-r22/run86-src14.csv.gz) --memory |
+if python3 tools/sass_stalls.py <(zcat tests/data/profile-src14-h100.csv.gz) --memory |
    grep -Eq '^REDG\.E\.ADD\.F32\.FTZ\.RN\.STRONG\.GPU +33554432 +268435456 +268435456 +134217728 .* 8\.00 +8\.00$'; then
   result PASS "sass_stalls.py --memory reads a recorded profile's dQ reductions (8 tag requests, 8 sectors each)"
 else
-  result FAIL "sass_stalls.py --memory on results/2026-11-24-h100-r22/run86-src14.csv.gz"
+  result FAIL "sass_stalls.py --memory on tests/data/profile-src14-h100.csv.gz"
 fi
 expect_error 2 "source_counters.sh refuses a call without OUT and BINARY" bash tools/source_counters.sh only-out
 # ab.sh's medians on a recorded A/B (step 14 and its variants, H100): step 14's forward row
 # (named 14_backward) stays a forward row, its backward row (14_backward_backward) is "bwd"
-if bash tools/ab.sh --medians results/2026-11-25-h100-r23/run88-bwdab.csv |
+if bash tools/ab.sh --medians tests/data/ab-bwd-h100.csv |
    grep -Eq '^B4 H16/16 N4096 d128 fp16 c0 +1\.3818 ' &&
-   bash tools/ab.sh --medians results/2026-11-25-h100-r23/run88-bwdab.csv |
+   bash tools/ab.sh --medians tests/data/ab-bwd-h100.csv |
    grep -Eq '^B4 H16/16 N4096 d128 fp16 c0 bwd +6\.5909 +6\.3101 '; then
   result PASS "ab.sh --medians keeps step 14's forward and backward rows apart (a recorded A/B)"
 else
-  result FAIL "ab.sh --medians on results/2026-11-25-h100-r23/run88-bwdab.csv"
+  result FAIL "ab.sh --medians on tests/data/ab-bwd-h100.csv"
 fi
 expect_error 2 "ab.sh --medians refuses a missing CSV" bash tools/ab.sh --medians /nonexistent.csv
 # the unfused cuBLAS baseline is checked by the same matrix
@@ -272,7 +272,7 @@ expect_error 2 "ldsm_distance.py refuses a function it cannot find" python3 tool
 echo "== the comparison tables without a GPU: table.awk and readme_table.sh on the committed CSVs and on a backward CSV written here"
 # Every table on a results page or the README rewrites byte for byte from the CSV it names
 # (the README's with --summary, but for its backward tables, which have no summary form).
-for page in README.md docs/results-h100.md docs/results-h200.md; do
+for page in README.md docs/results-h200.md; do
   cp "$page" "$LOG/page.md"
   page_ok=1
   for table_csv in $(awk '/^<!-- [a-z-]*:begin -->$/ { table = substr($2, 1, length($2) - 6) }
@@ -304,7 +304,7 @@ CSV
 printf 'probe,device,date,dtype,tflops\nmma_sync_m16n8k16,GPU X,2026-11-25,fp16,600.0\nwgmma_m64n256k16,GPU X,2026-11-25,fp16,900.0\n' \
   >"$bwd_dir/ceiling-gpu-x-2026-11-25.csv"
 n_bwd=$(awk -v mode=count_backward -f reference/table.awk "$bwd_dir/compare-gpu-x-2026-11-25.csv")
-n_fwd=$(awk -v mode=count_backward -f reference/table.awk results/2026-11-24-h100-r18/compare-nvidia-h100-80gb-hbm3-2026-11-24.csv)
+n_fwd=$(awk -v mode=count_backward -f reference/table.awk results/compare/compare-bench-nvidia-h200-2026-11-28.csv)
 [ "$n_bwd" = 6 ] && [ "$n_fwd" = 0 ] && result PASS "table.awk counts 6 backward rows in the backward CSV and 0 in a bench CSV" ||
   result FAIL "table.awk's backward rows" "counted $n_bwd (want 6) and $n_fwd in a bench CSV (want 0)"
 # the backward's table: step 14 under its name, the median of its two rounds (0.25 ms),
@@ -347,26 +347,37 @@ grep -q '^| 14_backward | 0.2500 |' <<<"$out" && grep -q '^| 15_wgmma_backward |
   ! grep -q '07_tuned' <<<"$out" ||
   { fwd_ok=0; echo "  backward=1: want the backward rows of steps 14 and 15 (15's share of wgmma's ceiling), no step 07:"; echo "$out"; }
 # the committed CSVs: the bench run's forward rows of step 14 and the backward run's rows of both
-out=$(awk -v mode=markdown -f reference/table.awk results/2026-11-24-h100-r21/bench/compare-nvidia-h100-80gb-hbm3-2026-11-24.csv)
+out=$(awk -v mode=markdown -f reference/table.awk results/compare/compare-bench-nvidia-h200-2026-11-28.csv)
 grep -q '^| 07_tuned |' <<<"$out" && ! grep -q '^| 14_backward' <<<"$out" || { fwd_ok=0; echo "  the committed bench CSV shows step 14's forward rows"; }
-out=$(awk -v mode=markdown -v backward=1 -f reference/table.awk results/2026-11-25-h100-r24/backward/compare-nvidia-h100-80gb-hbm3-2026-11-25.csv)
+out=$(awk -v mode=markdown -v backward=1 -f reference/table.awk results/compare/compare-backward-nvidia-h200-2026-11-28.csv)
 [ "$(grep -c '^| 14_backward' <<<"$out")" = 6 ] && [ "$(grep -c '^| 15_wgmma_backward' <<<"$out")" = 6 ] ||
   { fwd_ok=0; echo "  the committed backward CSV: want 6 backward rows of step 14 and 6 of step 15"; }
 [ $fwd_ok = 1 ] && result PASS "table.awk: the steps named *_backward only in the backward tables (forward and decode tables: no row of theirs)" ||
   result FAIL "table.awk leaves the backward rows and the *_backward steps' forward rows out of the forward tables"
-cp docs/results-h100.md "$LOG/page.md"
+cp docs/results-h200.md "$LOG/page.md"
 # the page outside its backward-table lines (the begin line kept as a mark), and inside them
 outside_backward() { awk '/<!-- backward-table:begin -->/ { print; inside = 1 } /<!-- backward-table:end -->/ { inside = 0 } !inside' "$1"; }
 inside_backward() { awk '/<!-- backward-table:end -->/ { inside = 0 } inside; /<!-- backward-table:begin -->/ { inside = 1 }' "$1"; }
 if bash reference/readme_table.sh "$bwd_dir/compare-gpu-x-2026-11-25.csv" "$LOG/page.md" >"$LOG/page.log" 2>&1 &&
-   [ "$(outside_backward docs/results-h100.md)" = "$(outside_backward "$LOG/page.md")" ] &&
+   [ "$(outside_backward docs/results-h200.md)" = "$(outside_backward "$LOG/page.md")" ] &&
    inside_backward "$LOG/page.md" | grep -q '^Measured on \*\*GPU X\*\*, 2026-11-25, with `make compare SHAPES=backward` in 2 rounds' &&
    inside_backward "$LOG/page.md" | grep -qxF "${want_rows[1]}"; then
-  result PASS "readme_table.sh writes a backward CSV between the backward-table lines of docs/results-h100.md, nothing else"
+  result PASS "readme_table.sh writes a backward CSV between the backward-table lines of docs/results-h200.md, nothing else"
 else result FAIL "readme_table.sh with a backward CSV" "$(tail -n 2 "$LOG/page.log")"; fi
-expect_error 2 "readme_table.sh --summary refuses a backward CSV" bash reference/readme_table.sh --summary "$bwd_dir/compare-gpu-x-2026-11-25.csv" "$LOG/page.md"
+# The README's one table from the committed summary run: a row per step, each at its headline
+# shape (the forward steps' TFLOP/s, step 13's GB/s of K and V, the backward steps' backward)
+printf '# x\n<!-- summary-table:begin -->\n<!-- summary-table:end -->\n' >"$LOG/front.md"
+summary_csv=$(ls results/compare/compare-summary-*.csv | tail -n 1)
+if bash reference/readme_table.sh --summary "$summary_csv" "$LOG/front.md" >"$LOG/front.log" 2>&1 &&
+   [ "$(grep -c '^| \[[0-9][0-9]\](docs/[0-9][0-9]_[a-z_]*\.md)' "$LOG/front.md")" = "$(ls -d steps/[0-9][0-9]_* | wc -l)" ] &&
+   grep -q '^| \[13\](docs/13_split_kv.md) | .* GB/s | [0-9]*% of bandwidth |' "$LOG/front.md" &&
+   grep -q '^| \[15\](docs/15_wgmma_backward.md)[^|]* | .* TFLOP/s | [0-9]*% of wgmma |' "$LOG/front.md" &&
+   grep -q '^| \[07\](docs/07_tuned.md) | .* TFLOP/s | [0-9]*% of mma.sync |' "$LOG/front.md"; then
+  result PASS "readme_table.sh --summary: one row per step, each at its headline shape, from one CSV"
+else result FAIL "readme_table.sh --summary on $summary_csv" "$(tail -n 2 "$LOG/front.log"; grep '^| \[' "$LOG/front.md" | head -n 3)"; fi
+expect_error 2 "readme_table.sh --summary refuses a page without the summary-table lines" bash reference/readme_table.sh --summary "$summary_csv" "$LOG/page.md"
 expect_error 2 "compare.sh refuses an unknown SHAPES" env SHAPES=frobnicate bash reference/compare.sh
-grep -q 'allowed: seed, bench, sweep, decode, backward, all' "$LOG/cli.err" && result PASS "... and names backward among the sets it allows" ||
+grep -q 'allowed: seed, bench, sweep, decode, backward, summary, all' "$LOG/cli.err" && result PASS "... and names backward and summary among the sets it allows" ||
   result FAIL "compare.sh's allowed sets" "$(cat "$LOG/cli.err")"
 # compare.sh runs the steps named *_backward in SHAPES=backward alone. In a tree of compare.sh,
 # shapes.txt and the steps' kernel files with nothing built, under an nvidia-smi that names a
@@ -420,7 +431,7 @@ printf 'probe,device,date,gbps\nstream_read,GPU X,2026-11-25,3000\n' >"$dec_dir/
 # 1.14x torch-FA2 (0.08 ms); pages of 16, 0.07141/0.07142 ms: 1879, 62.6%, 1.12x the contiguous
 # cache's torch; the mixed batch, 199,409 keys: 2042 GB/s (0.40 ms, 68.1%), paged 1992 (66.4%), no torch
 dec_ok=1
-cp docs/results-h100.md "$LOG/page.md"
+cp docs/results-h200.md "$LOG/page.md"
 if bash reference/readme_table.sh "$dec_dir/compare-gpu-x-2026-11-25.csv" "$LOG/page.md" >"$LOG/page.log" 2>&1; then
   out=$(awk '/<!-- decode-table:end -->/ { inside = 0 } inside; /<!-- decode-table:begin -->/ { inside = 1 }' "$LOG/page.md")
   want_lines=("**bf16, B=1, H=32 (KV 8), Nq=1, Nk=32768, d=128, non-causal**"
@@ -471,7 +482,7 @@ if python3 -c 'import torch' >/dev/null 2>&1; then
   run_program train-cpu python3 python/train.py --step 00 --device cpu
 else result SKIP "the torch operators on the CPU (step 00, a KV cache, opcheck, a fullgraph compile), sdpa.py's fp64 backward, the training run" "torch is not installed (pip install torch)"; fi
 if python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
-  for plot in progression scaling; do  # on the newest committed compare CSV, as make plots with no CSV
+  for plot in progression; do  # on the newest committed compare CSV, as make plots with no CSV
     if python3 "plots/$plot.py" --out "$LOG/$plot.png" >"$LOG/plot-$plot.log" 2>&1 && [ -s "$LOG/$plot.png" ]; then
       result PASS "plots/$plot.py draws the newest committed compare CSV"
     else result FAIL "plots/$plot.py" "$(tail -n 2 "$LOG/plot-$plot.log")"; fi

@@ -71,7 +71,7 @@ using LargeGridConfig = TileConfig<FA2_SWEEP_WARPS, FA2_SWEEP_M_TILES, FA2_SWEEP
 using SmallGridConfig = LargeGridConfig;
 using SmallGridShortTileConfig = LargeGridConfig;
 #else
-// Chosen by sweep.sh on an H200 (results/2026-11-22-h200/step06-sweep-*.csv), the
+// Chosen by sweep.sh on an H200 (results/07_tuned/step06-sweep-*.csv), the
 // same for head dim 64 and 128:
 //  - more 128-row blocks than SMs: 4 warps x 2 m-tiles, 64 keys per tile; two
 //    blocks share an SM (registers and shared memory allow two), 8 warps in all;
@@ -354,7 +354,7 @@ __global__ void __launch_bounds__(C::THREADS) fa2_mma_kernel(fa2_params p)
         // Tile nb + 1: only the seqlen_k tail has rows to zero-fill; the others skip the
         // per-row checks. (The choice stays spelled out at each call: a refactor that
         // moved it into TileCopy, among other changes, made ptxas schedule this loop
-        // differently and ran 17% slower at d64 on the H200, results/ run 16.)
+        // differently and ran 17% slower at d64 on the H200.)
         const bool next_full = n1 + BLOCK_N <= p.seqlen_k;
         if (nb + 1 < n_blocks) {
             const uint16_t *k1 = k + (int64_t)n1 * p.k_row_stride;

@@ -59,7 +59,7 @@
  *
  * 4. Key tiles and K/V stages from a shared-memory budget: 128 KB where a block
  *    may have it (2 stages of 128 keys at d128, 4 at d64: one block per SM keeps
- *    64 or 96 KB of K and V in flight; sweep.sh, run 51), else what a 99 KB block
+ *    64 or 96 KB of K and V in flight; sweep.sh), else what a 99 KB block
  *    holds (3 stages of 128 keys at d64, 2 of 64 at d128).
  *
  * 5. A KV cache as serving engines keep it (fa2.h): a length per sequence (seqlens_k,
@@ -102,7 +102,7 @@ constexpr int BLOCK_M = MMA_M;  // packed rows per block
 // buffers: 128-key tiles where two stages of them fit, else 64, and as many stages
 // as the budget holds. Two budgets, the first that fits the GPU's shared memory per
 // block (common/device_limits.h) is taken:
-//  - 128 KB, chosen by sweep.sh on an H100 (run 51): 128 keys, 4 stages at d64, 2
+//  - 128 KB, chosen by sweep.sh on an H100: 128 keys, 4 stages at d64, 2
 //    at d128 -- one block per SM with 96 KB (d64) or 64 KB (d128) of K and V in
 //    flight while it computes on the rest. An A100's blocks may have 163 KB, an
 //    H100's 227 KB.
