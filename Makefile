@@ -191,7 +191,6 @@ PLOT_PYTHON := $(shell $(PYTHON) -c 'import matplotlib, numpy' >/dev/null 2>&1 &
 CSV ?=
 plots: $(filter .venv/bin/python,$(PLOT_PYTHON))
 	$(PLOT_PYTHON) plots/progression.py $(CSV)
-	$(PLOT_PYTHON) plots/scaling.py $(CSV)
 
 # the figures of docs/, drawn from the scratch programs' layouts (figures/make.py)
 figures: $(filter .venv/bin/python,$(PLOT_PYTHON)) scratch-build
