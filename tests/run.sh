@@ -81,9 +81,24 @@ else result FAIL "make scratch" "see $LOG/make-scratch.log"; fi
 # Every committed figure is current: its data (a scratch program's output) and its script
 # are those it was drawn from (no matplotlib needed).
 run_program figures python3 figures/make.py --check
-# Every step and concept page can be read in one sitting (tools/check_pages.py: the line budget,
-# a figure, a folded answer, an experiment, no run or issue numbers) and every link resolves.
+# Every step and concept page can be read in one sitting (tools/check_pages.py: the word and line
+# budgets, a figure, a folded answer, an experiment, no run or issue numbers), the README in a
+# minute, and every link resolves, a glossary entry's too.
 run_program pages python3 tools/check_pages.py
+# ... and the checker fails a page over its budget, a README too long, a glossary entry that is
+# not there and a run named by number (a copy of the pages with each planted)
+pages_tree=$LOG/pages-tree
+rm -rf "$pages_tree" && mkdir -p "$pages_tree" && cp -r README.md docs "$pages_tree"/
+for d in *; do [ -e "$pages_tree/$d" ] || ln -s "$PWD/$d" "$pages_tree/$d"; done  # what the pages link to
+(cd "$pages_tree" && for i in $(seq 400); do echo "more words to read, four"; done >>docs/03_swizzle.md &&
+ seq 200 >>README.md && echo "See [m-tile](../glossary.md#no-such-term) and run 12." >>docs/measurements/03_swizzle.md &&
+ python3 "$OLDPWD/tools/check_pages.py" >"$LOG/pages-planted.log" 2>&1)
+[ $? = 1 ] && grep -q '^FAIL step page docs/03_swizzle.md: [0-9]* words outside code blocks' "$LOG/pages-planted.log" &&
+  grep -q '^FAIL README.md: [0-9]* lines' "$LOG/pages-planted.log" &&
+  grep -q '^FAIL links of docs/measurements/03_swizzle.md: .*glossary.md#no-such-term' "$LOG/pages-planted.log" &&
+  grep -q "^FAIL docs/: a run or an issue named by number at docs/measurements/03_swizzle.md" "$LOG/pages-planted.log" &&
+  result PASS "check_pages.py fails planted pages: words over budget, a long README, a missing glossary entry, a run number" ||
+  result FAIL "check_pages.py on planted pages" "$(grep FAIL "$LOG/pages-planted.log" | head -n 4)"
 
 echo "== harness input errors: one line on stderr, nothing on stdout, exit code 2"
 bad_inputs=(
