@@ -51,13 +51,23 @@ dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } E
 # every other GPU step to mma.sync's).
 wgmma_steps=$(make -s --no-print-directory hopper-steps 2>/dev/null || true)
 
-if [ $summary = 1 ]; then
-  begin="<!-- summary-table:begin -->"
-  end="<!-- summary-table:end -->"
+need_markers() { # need_markers MARKER: the page holds its begin and end lines, once each
+  begin="<!-- $1:begin -->" end="<!-- $1:end -->"
   if [ "$(grep -cxF "$begin" "$readme")" != 1 ] || [ "$(grep -cxF "$end" "$readme")" != 1 ]; then
     echo "error: readme_table.sh: $readme needs the lines '$begin' and '$end', once each" >&2
     exit 2
   fi
+}
+splice() { # splice BLOCK: the page with the lines between $begin and $end replaced by BLOCK's
+  awk -v begin="$begin" -v end="$end" -v block="$1" '
+    $0 == begin { print; while ((getline line < block) > 0) print line; skip = 1; next }
+    $0 == end { skip = 0 }
+    !skip' "$readme" >"$1.readme"
+  cat "$1.readme" >"$readme"
+}
+
+if [ $summary = 1 ]; then
+  need_markers summary-table
   info=$(mktemp) block=$(mktemp)
   trap 'rm -f "$info" "$block" "$block.readme"' EXIT
   tma_steps=$(make -s --no-print-directory tma-steps 2>/dev/null || true)
@@ -97,11 +107,7 @@ if [ $summary = 1 ]; then
         -v front_shapes="$prefill;$decode;$bwd" -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" \
         -f reference/table.awk "$csv"
   } >"$block"
-  awk -v begin="$begin" -v end="$end" -v block="$block" '
-    $0 == begin { print; while ((getline line < block) > 0) print line; skip = 1; next }
-    $0 == end { skip = 0 }
-    !skip' "$readme" >"$block.readme"
-  cat "$block.readme" >"$readme"
+  splice "$block"
   echo "readme_table.sh: $readme's table rewritten from $csv ($gpu, $dates)"
   exit 0
 fi
@@ -118,15 +124,9 @@ has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of S
 table=compare
 has_rows_of decode seed && table=decode
 [ "$(awk -v mode=count_backward -f reference/table.awk "$csv")" -gt 0 ] && table=backward
-marker=$table-table
 shapes=$(shapes_of "$([ $table = compare ] && echo bench || echo $table)")
 rows_csv=$csv
-begin="<!-- $marker:begin -->"
-end="<!-- $marker:end -->"
-if [ "$(grep -cxF "$begin" "$readme")" != 1 ] || [ "$(grep -cxF "$end" "$readme")" != 1 ]; then
-  echo "error: readme_table.sh: $readme needs the lines '$begin' and '$end', once each" >&2
-  exit 2
-fi
+need_markers "$table-table"
 command='make compare'
 if [ $table = decode ]; then command='make compare SHAPES=decode'
 elif [ $table = backward ]; then command='make compare SHAPES=backward'
@@ -178,10 +178,5 @@ trap 'rm -f "$block" "$block.readme"' EXIT
         -f reference/table.awk "$rows_csv"
   fi
 } >"$block"
-
-awk -v begin="$begin" -v end="$end" -v block="$block" '
-  $0 == begin { print; while ((getline line < block) > 0) print line; skip = 1; next }
-  $0 == end { skip = 0 }
-  !skip' "$readme" >"$block.readme"
-cat "$block.readme" >"$readme"
+splice "$block"
 echo "readme_table.sh: $readme tables rewritten from $csv ($gpu, $dates)"
