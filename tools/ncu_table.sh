@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Turns the outputs of tools/profile.sh (one file per step) into the markdown
-# evidence table of docs/profiling.md.
+# Turns the outputs of tools/profile.sh (one file per step) into one markdown table, a
+# column per step (results/06_staged_epilogue/ncu-table-big.md was written by it).
 # usage: bash tools/ncu_table.sh profile-step02.txt profile-step03.txt ...
 set -euo pipefail
 cols=("gpu__time_duration.sum|time (us)|1000"
