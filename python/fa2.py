@@ -316,10 +316,16 @@ SDPA_IMPL = "FA2_STEPS"  # the name under torch.nn.attention.list_flash_attentio
 
 
 class _SdpaHandle:
-    """What torch's registry keeps while the provider is active; remove() restores torch's kernels."""
+    """What torch's registry keeps while the provider is active; remove() restores torch's kernels
+    and SDPA's backend order as it was."""
+
+    def __init__(self, priority):
+        self.priority = priority
 
     def remove(self):
         _extension.fa2_ext_sdpa_deactivate()
+        if self.priority is not None:
+            torch._C._set_sdp_priority_order(self.priority)
 
 
 def default_sdpa_steps():
@@ -335,8 +341,10 @@ def activate_sdpa(forward_step=None, backward_step=None, decode_step="13", decod
     where a call has at most decode_max_seqlen_q query rows (None: forward_step's always). Defaults
     from default_sdpa_steps(). What a step refuses (a head dim, an alignment), dropout, a debug mask,
     ragged batches and windows run torch's own flash kernel; SDPA itself sends an explicit mask to
-    its other backends. Registered through torch.nn.attention.register_flash_attention_impl, so
+    its other backends. SDPA's flash path comes first in its backend order while the steps are
+    active (torch 2.11 puts cuDNN first on compute capability 9.0 and 10.0), as it was after. Registered through torch.nn.attention.register_flash_attention_impl, so
     torch.nn.attention.restore_flash_attention_impl() (or deactivate_sdpa()) undoes it."""
+    import torch.nn.functional as F
     from torch.nn import attention as torch_attention
 
     if not hasattr(torch_attention, "register_flash_attention_impl"):
@@ -351,10 +359,21 @@ def activate_sdpa(forward_step=None, backward_step=None, decode_step="13", decod
             raise ValueError(f"{role} {step_library(path).name} (allowed: a GPU step: SDPA's flash path runs on CUDA)")
 
     def register():
+        priority = None
+        if torch.cuda.is_available():
+            # SDPA sets its backend order on its first CUDA call (cuDNN first on compute capability
+            # 9.0 and 10.0 in torch 2.11): make that call, then put the flash path first
+            zeros = torch.zeros(1, 1, 1, 64, dtype=torch.float16, device="cuda")
+            F.scaled_dot_product_attention(zeros, zeros, zeros)
+            priority = torch._C._get_sdp_priority_order()
+            flash = int(torch_attention.SDPBackend.FLASH_ATTENTION)
+            torch._C._set_sdp_priority_order([flash] + [b for b in priority if b != flash])
         why = ctypes.create_string_buffer(512)
         if _extension.fa2_ext_sdpa_activate(*(p.encode() for p in steps), decode_max_seqlen_q, why, len(why)):
+            if priority is not None:
+                torch._C._set_sdp_priority_order(priority)
             raise RuntimeError(why.value.decode())
-        return _SdpaHandle()
+        return _SdpaHandle(priority)
 
     torch_attention.register_flash_attention_impl(SDPA_IMPL, register_fn=register)
     torch_attention.activate_flash_attention_impl(SDPA_IMPL)

@@ -29,6 +29,7 @@
 #include <ATen/ops/_flash_attention_forward_native.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_backward_native.h>
 #include <ATen/ops/_scaled_dot_product_flash_attention_native.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <torch/csrc/autograd/autograd_not_implemented_fallback.h>
@@ -37,6 +38,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -172,9 +174,20 @@ fa2_params make_params(const Tensor &q, const Tensor &k, const Tensor &v, const 
 }
 
 // ---- workspaces: one per (device, stream), zero-filled once when allocated -----------------
+// fa2.h: a forward's workspace begins with counters (fa2_workspace_counter_bytes) that a step
+// leaves zero at the end of every call, and the rest it writes before it reads. One buffer
+// serves calls of every shape on its stream, so a call with more counters than the last may
+// find there what the last wrote as partial results: the buffer remembers how many of its
+// leading bytes are known to be zero, and a call that needs more counters than that clears the
+// difference first (once per growth, not per call: a model's calls repeat their shapes).
+struct Workspace {
+    Tensor t;
+    size_t zero_prefix = 0;  // leading bytes known to be zero (forward only)
+};
+
 struct Workspaces {
     std::mutex mutex;
-    std::unordered_map<uint64_t, Tensor> forward, backward;
+    std::unordered_map<uint64_t, Workspace> forward, backward;
 };
 
 Workspaces &workspaces()
@@ -189,19 +202,34 @@ uint64_t stream_key(const Tensor &q, void *stream)
            (q.is_cuda() ? 0x80 : 0);
 }
 
-void *workspace(const Tensor &q, void *stream, size_t need, bool zeroed)
+// The workspace of a call of `need` bytes whose first `counters` bytes must be zero (a forward)
+// or that may hold anything (counters = 0, a backward). While the stream is capturing a CUDA
+// graph, a workspace of the call's own from the caching allocator (the graph's pool), zeroed by
+// a memset the graph replays, as torch does for any temporary: kept in `temp` until the call is
+// launched; the graph then owns that memory and no later call outside it touches it.
+void *workspace(const Tensor &q, void *stream, size_t need, size_t counters, bool forward, Tensor &temp)
 {
     if (!need) return nullptr;
-    Workspaces &w = workspaces();
-    std::lock_guard<std::mutex> lock(w.mutex);
-    Tensor &t = (zeroed ? w.forward : w.backward)[stream_key(q, stream)];
-    if (!t.defined() || (size_t)t.numel() < need) {
-        auto opts = q.options().dtype(at::kByte);
+    auto opts = q.options().dtype(at::kByte);
+    if (q.is_cuda() && c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+        temp = forward ? at::zeros({(int64_t)need}, opts) : at::empty({(int64_t)need}, opts);
+        return temp.data_ptr();
+    }
+    Workspaces &all = workspaces();
+    std::lock_guard<std::mutex> lock(all.mutex);
+    Workspace &w = (forward ? all.forward : all.backward)[stream_key(q, stream)];
+    if (!w.t.defined() || (size_t)w.t.numel() < need) {
         // on the current stream, before the call that uses it; the old one goes back to the
         // caching allocator, stream-ordered after the calls that used it
-        t = zeroed ? at::zeros({(int64_t)need}, opts) : at::empty({(int64_t)need}, opts);
+        w.t = forward ? at::zeros({(int64_t)need}, opts) : at::empty({(int64_t)need}, opts);
+        w.zero_prefix = forward ? need : 0;
     }
-    return t.data_ptr();
+    if (forward) {
+        if (counters > w.zero_prefix) w.t.narrow(0, (int64_t)w.zero_prefix, (int64_t)(counters - w.zero_prefix)).zero_();
+        // after the call: its counters zero again, the bytes after them its partial results
+        w.zero_prefix = need > counters ? counters : std::max(w.zero_prefix, counters);
+    }
+    return w.t.data_ptr();
 }
 
 void *current_stream(const Step &s, const Tensor &q)
@@ -209,13 +237,15 @@ void *current_stream(const Step &s, const Tensor &q)
     return s.gpu ? (void *)c10::cuda::getCurrentCUDAStream(q.device().index()).stream() : nullptr;
 }
 
-// Runs the forward; false (nothing computed) where the step refuses the params and why is
-// nullptr; a refusal with why given is a ValueError with the step's reason.
+// Runs the forward; where the step refuses the params (nothing computed), a ValueError with
+// the step's reason if raise, else false.
 bool run_forward(const Step &s, fa2_params &p, const Tensor &q, bool raise)
 {
     void *stream = current_stream(s, q);
     size_t need = s.workspace_size(&p);
-    p.workspace = workspace(q, stream, need, true), p.workspace_bytes = need;
+    Tensor temp;
+    p.workspace = workspace(q, stream, need, need ? fa2_workspace_counter_bytes(&p) : 0, true, temp);
+    p.workspace_bytes = need;
     int rc = s.forward(&p, stream);
     if (rc == FA2_OK) return true;
     if (rc == FA2_ERR_UNSUPPORTED) {
@@ -275,7 +305,8 @@ bool run_backward(const Step &s, const Tensor &dout_in, const Tensor &q_in, cons
     }
     size_t need = s.backward_workspace_size(&bp);
     void *stream = current_stream(s, q);
-    bp.fwd.workspace = workspace(q, stream, need, false), bp.fwd.workspace_bytes = need;
+    Tensor temp;
+    bp.fwd.workspace = workspace(q, stream, need, 0, false, temp), bp.fwd.workspace_bytes = need;
     int rc = s.backward(&bp, stream);
     if (rc == FA2_OK) return true;
     if (rc == FA2_ERR_UNSUPPORTED) {

@@ -7,7 +7,8 @@ loss and gradients as in eager), and on the GPU a CUDA graph of a decode step ov
 cache with per-sequence lengths, captured once and replayed with new lengths and queries, and
 SDPA's flash path through the steps (fa2.activate_sdpa) inside a transformers Llama model:
 prefill, decode and a training step against torch's flash backend, the fallbacks to torch's
-kernel, and deactivate_sdpa restoring it. One PASS/FAIL/SKIP line each.
+kernel, and deactivate_sdpa restoring it. The CUDA graph also captures fa2.attention, and a
+KV-cache call between two of other shapes checks that the step's shared workspace stays sound. One PASS/FAIL/SKIP line each.
 usage: python3 tests/test_torch_ops.py --cpu | --gpu   (--cpu: step 00 on the CPU; --gpu: the
        default SDPA steps, 13 for decode; after make all)"""
 import os
@@ -211,6 +212,30 @@ def cuda_graph_decode(step):
     attempt(f"CUDA graph of fa2.attention (step {step}) captured and replayed with a new q", attention_graph)
 
 
+def workspace_reuse(step):
+    """KV-cache calls of several shapes back to back on one stream (the step's workspace shared by
+    them: a call with more rows than the last finds the last one's partial results where its own
+    counters go), each against step 00 on the CPU."""
+    def run():
+        gen = torch.Generator(device="cuda").manual_seed(3)
+        tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
+        lens = [0, 1, 63, 64, 65, 1000]
+        details, ok = [], True
+        for hq, hkv, nq, dtype in ((4, 1, 2, torch.float16), (8, 2, 3, torch.bfloat16), (4, 1, 1, torch.float16),
+                                   (8, 2, 4, torch.bfloat16), (8, 2, 3, torch.bfloat16)):
+            k, v, table, seqlens = paged_cache(gen, "cuda", dtype, lens, 64, hkv, 64)
+            q = randn(len(lens), nq, hq, 64, device="cuda", dtype=dtype, gen=gen)
+            with torch.no_grad():
+                o = fa2.attention_with_kvcache(q, k, v, seqlens, table, causal=True, step=step)
+                want = fa2.attention_with_kvcache(*(t.cpu() for t in (q, k, v, seqlens, table)), causal=True,
+                                                  step="00")
+            err = rel(o.cpu(), want)
+            ok = ok and err <= tol[dtype]
+            details.append(f"H{hq}/{hkv} Nq{nq}: {err:.1e}")
+        return ok, ", ".join(details)
+    attempt(f"step {step}: KV-cache calls of five shapes in a row on one stream, each as step 00 computes it", run)
+
+
 def set_attention(model, name):
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(name)
@@ -222,8 +247,9 @@ def sdpa_provider(fwd_step, bwd_step, decode_step):
     """fa2.activate_sdpa inside a transformers Llama (tiny, GQA 8:2, d128, bf16, random weights):
     prefill logits, one decode step over the cache and a training step's gradients against torch's
     flash backend, each at most as far from it as twice torch's eager attention is (plus 1e-3);
-    the provider's counts show the steps ran; dropout and a refused head dim run torch's kernel;
-    deactivate_sdpa gives torch's flash results again, bit for bit."""
+    the provider's counts show the steps ran with SDPA left to choose its backend; dropout and a
+    refused head dim run torch's kernel; deactivate_sdpa gives torch's flash logits again, bit for
+    bit, and SDPA's backend order as it was."""
     try:
         from transformers import LlamaConfig, LlamaForCausalLM
     except ImportError:
@@ -258,9 +284,9 @@ def sdpa_provider(fwd_step, bwd_step, decode_step):
     except Exception as e:  # noqa: BLE001
         report(False, "fa2.activate_sdpa", f"{type(e).__name__}: {e}")
         return
+    priority = torch._C._get_sdp_priority_order()
     try:
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            steps = outputs()
+        steps = outputs()  # SDPA left to choose: the provider puts its flash path first
         counts = fa2.sdpa_counts()
         names = ("prefill logits", "decode logits", "training gradients")
         details, ok = [], True
@@ -302,9 +328,11 @@ def sdpa_provider(fwd_step, bwd_step, decode_step):
     # with atomics, in no fixed order)
     same = torch.equal(again[0], flash[0]) and torch.equal(again[1], flash[1])
     grad_err = rel(again[2], flash[2])
-    report(same and grad_err <= 1e-3 and current_flash_attention_impl() is None,
+    restored = torch._C._get_sdp_priority_order() == priority
+    report(same and grad_err <= 1e-3 and current_flash_attention_impl() is None and restored,
            "deactivate_sdpa: torch's flash kernels again (the Llama's logits bit for bit as before activation, "
-           f"gradients rel L2 {grad_err:.1e})", f"logits identical {same}, gradients rel L2 {grad_err:.1e}")
+           f"gradients rel L2 {grad_err:.1e}; SDPA's backend order as before)",
+           f"logits identical {same}, gradients rel L2 {grad_err:.1e}, order restored {restored}")
 
 
 def main():
@@ -323,6 +351,8 @@ def main():
     op_checks("cuda", fwd_step, bwd_step, "13", f"GPU steps {fwd_step}/{bwd_step}/13:")
     compile_check("cuda", fwd_step, bwd_step, "inductor", f"GPU steps {fwd_step}/{bwd_step}:")
     cuda_graph_decode("13")
+    if os.path.exists(os.path.join(ROOT, "build", "step00", "libfa2.so")):
+        workspace_reuse("13")
     sdpa_provider(fwd_step, bwd_step, "13")
     return 1 if failures else 0
 

@@ -9,16 +9,18 @@ row gives the median over the rounds):
             binding the operators replaced (a python/fa2.py of ctypes); at B2 H8 N1024 d128 fp16
             with the forward step, and decode B1 Hq32 Hkv8 Nk2048 bf16 with the decode step
             (fa2.attention and attention_with_kvcache with per-sequence lengths).
-  backward  the backward through autograd (torch.autograd.grad of fa2.attention's O, CUDA
-            events, median of --iters) against the harness's own backward time of the same
-            step (build/stepNN/fa2 --backward, its median), at reference/shapes.txt's
-            backward shapes.
+  backward  the backward through autograd (torch.autograd.grad of fa2.attention's O) and
+            torch.ops.fa2.bwd called directly (CUDA events around each of --iters calls issued
+            back to back, the median) against the harness's own backward time of the same step
+            (build/stepNN/fa2 --backward, its median), at reference/shapes.txt's backward
+            shapes.
   llama     a transformers LlamaForCausalLM (random weights, 4 layers, hidden 2048, GQA 16:4,
             d128, bf16, attn_implementation="sdpa") on SDPA's default against the same model
             with fa2.activate_sdpa: prefill B2 N4096 (no grad), one training step B2 N2048
             (forward and backward), one decode token at B1 over a 2048-token cache.
 
-usage: python3 tools/bench_torch.py --csv OUT.csv [--rounds 3] [--parts percall,backward,llama]
+usage: python3 tools/bench_torch.py --csv OUT.csv [--rounds 3] [--llama-rounds 5] [--iters 30]
+         [--parts percall,backward,llama]
          [--forward-step 12] [--backward-step 15] [--decode-step 13] [--before OLD_fa2.py]
 Prints a readable summary; the CSV has one row per (part, case, variant): its median and the
 rounds' values. After make all and make torch, on a GPU."""
@@ -111,10 +113,17 @@ def percall(args, before):
     q, k, v = (rnd(2, 1024, 8, 128, dtype=torch.float16) for _ in range(3))
     qt, kt, vt = (t.transpose(1, 2).contiguous() for t in (q, k, v))
     step = args.forward_step
+    path = fa2.library_path(step)
+    op = torch.ops.fa2.fwd.default
     variants = {
         f"fa2.attention (operator, step {step})": lambda: fa2.attention(q, k, v, step=step),
         f"C call, prebuilt params (step {step})": c_call(step, q, k, v),
         "torch SDPA (default backend)": lambda: F.scaled_dot_product_attention(qt, kt, vt),
+        # where the operator's time goes
+        f"part: torch.ops.fa2.fwd called directly (step {step})": lambda: op(q, k, v, False, None, path, path),
+        "part: torch.empty of O and LSE (the outputs' allocations)":
+            lambda: (torch.empty(2, 1024, 8, 128, dtype=torch.float16, device=dev),
+                     torch.empty(2, 8, 1024, device=dev)),
     }
     if before is not None:
         variants[f"before: ctypes binding (step {step})"] = lambda: before.attention(q, k, v, step=step)
@@ -180,24 +189,35 @@ def backward_shapes():
     return shapes
 
 
+def gpu_ms(fn, iters):
+    """Median GPU milliseconds of fn() over `iters` calls issued back to back (an event pair each,
+    one synchronisation at the end), after 5 untimed calls."""
+    for _ in range(5):
+        fn()
+    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(iters)]
+    for start, end in events:
+        start.record()
+        fn()
+        end.record()
+    torch.cuda.synchronize()
+    return statistics.median(start.elapsed_time(end) for start, end in events)
+
+
 def autograd_backward_ms(args, shape):
     b, h, hkv, nq, nk, d, causal, dtype = shape
     tdtype = torch.float16 if dtype == "fp16" else torch.bfloat16
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(b, nq, h, d, generator=gen, device="cuda").to(tdtype).requires_grad_()
     k, v = (torch.randn(b, nk, hkv, d, generator=gen, device="cuda").to(tdtype).requires_grad_() for _ in range(2))
-    o = fa2.attention(q, k, v, causal=causal, step=args.forward_step, backward_step=args.backward_step)
+    o, lse = fa2.attention(q, k, v, causal=causal, step=args.forward_step, backward_step=args.backward_step,
+                           return_lse=True)
     dout = torch.randn_like(o)
-    times = []
-    for i in range(args.iters + 5):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
-        end.record()
-        end.synchronize()
-        if i >= 5:
-            times.append(start.elapsed_time(end))
-    return statistics.median(times)
+    through_autograd = gpu_ms(lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True), args.iters)
+    path = fa2.library_path(args.backward_step)
+    qd, kd, vd, od = q.detach(), k.detach(), v.detach(), o.detach()
+    op = torch.ops.fa2.bwd.default
+    direct = gpu_ms(lambda: op(dout, qd, kd, vd, od, lse, causal, None, path), args.iters)
+    return through_autograd, direct
 
 
 def backward(args):
@@ -205,14 +225,18 @@ def backward(args):
     for shape in backward_shapes():
         b, h, hkv, nq, nk, d, causal, dtype = shape
         case = f"B{b} H{h}/{hkv} N{nq} d{d} {'causal' if causal else 'non-causal'} {dtype}"
-        ours, harness = [], []
+        ours, direct, harness = [], [], []
         for _ in range(args.rounds):
-            ours.append(autograd_backward_ms(args, shape))
+            a, d = autograd_backward_ms(args, shape)
+            ours.append(a)
+            direct.append(d)
             harness.append(harness_backward_ms(args.backward_step, shape, args.iters))
         torch.cuda.empty_cache()
         a = record("backward", case, "autograd (fa2.attention, torch.autograd.grad)", ours, "ms")
+        d = record("backward", case, "torch.ops.fa2.bwd called directly", direct, "ms")
         hm = record("backward", case, f"harness (build/step{args.backward_step}/fa2 --backward)", harness, "ms")
-        print(f"  {case:40s} autograd {a:8.4f} ms  harness {hm:8.4f} ms  ratio {a / hm:.3f}")
+        print(f"  {case:40s} autograd {a:8.4f} ms  fa2::bwd {d:8.4f} ms  harness {hm:8.4f} ms  "
+              f"autograd/harness {a / hm:.3f}")
 
 
 def llama(args):
@@ -258,9 +282,9 @@ def llama(args):
             state["cache"] = model(cache_tokens, use_cache=True).past_key_values
 
     cases = (("prefill B2 N4096", prefill, 10, None), ("training step B2 N2048", train, 10, None),
-             ("decode B1, 2048-token cache", decode, 100, decode_setup))
+             ("decode B1, 2048-token cache", decode, 200, decode_setup))
     results = {}
-    for _ in range(args.rounds):
+    for _ in range(args.llama_rounds):
         for variant in ("sdpa", "fa2"):
             if variant == "fa2":
                 fa2.activate_sdpa(args.forward_step, args.backward_step, args.decode_step)
@@ -288,6 +312,7 @@ def main():
     ap.add_argument("--csv", required=True)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--llama-rounds", type=int, default=5)
     ap.add_argument("--parts", default="percall,backward,llama")
     fwd_default, bwd_default = fa2.default_sdpa_steps() if torch.cuda.is_available() else ("12", "15")
     ap.add_argument("--forward-step", default=fwd_default)
