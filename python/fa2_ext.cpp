@@ -42,7 +42,6 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
-#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -99,13 +98,16 @@ const Step &step_at(c10::string_view path)
 }
 
 // ---- words as Python prints them: shapes as tuples, dtypes as torch.float16 -----------------
+// The messages carry numbers as strings: std::to_string, not an ostream's number formatting,
+// which an extension built against another C++ runtime than the one loaded can break (seen on
+// the H200's image: a segfault in the first number a message printed).
+std::string num(int64_t x) { return std::to_string(x); }
+
 std::string shape_str(const Tensor &t)
 {
-    std::ostringstream os;
-    os << "(";
-    for (int64_t i = 0; i < t.dim(); i++) os << (i ? ", " : "") << t.size(i);
-    os << (t.dim() == 1 ? ",)" : ")");
-    return os.str();
+    std::string s = "(";
+    for (int64_t i = 0; i < t.dim(); i++) s += (i ? ", " : "") + num(t.size(i));
+    return s + (t.dim() == 1 ? ",)" : ")");
 }
 
 std::string dtype_str(const Tensor &t) { return "torch." + c10::getDtypeNames(t.scalar_type()).first; }
@@ -255,7 +257,7 @@ bool run_forward(const Step &s, fa2_params &p, const Tensor &q, bool raise)
         TORCH_CHECK_VALUE(false, "step ", s.name, ": ", why);
     }
     TORCH_CHECK(rc != FA2_ERR_LAUNCH, "step ", s.name, ": ", s.last_error());
-    TORCH_CHECK(false, "step ", s.name, ": fa2_forward returned ", rc);
+    TORCH_CHECK(false, "step ", s.name, ": fa2_forward returned ", num(rc));
 }
 
 // ---- fa2::fwd --------------------------------------------------------------------------------
@@ -314,7 +316,7 @@ bool run_backward(const Step &s, const Tensor &dout_in, const Tensor &q_in, cons
         refuse();
     }
     TORCH_CHECK(rc != FA2_ERR_LAUNCH, "step ", s.name, ": ", s.last_error());
-    TORCH_CHECK(false, "step ", s.name, ": fa2_backward returned ", rc);
+    TORCH_CHECK(false, "step ", s.name, ": fa2_backward returned ", num(rc));
 }
 
 std::tuple<Tensor, Tensor, Tensor> bwd(const Tensor &dout, const Tensor &q, const Tensor &k, const Tensor &v,
@@ -373,14 +375,14 @@ std::tuple<Tensor, Tensor> fwd_kvcache(const Tensor &q_in, const Tensor &k_in, c
     Tensor lens;
     if (cache_seqlen.has_value()) {
         int64_t n = *cache_seqlen;
-        TORCH_CHECK_VALUE(0 <= n && n <= capacity, "cache_seqlens ", n, " (allowed: 0 to ", capacity, ", ", what, ")");
+        TORCH_CHECK_VALUE(0 <= n && n <= capacity, "cache_seqlens ", num(n), " (allowed: 0 to ", num(capacity), ", ", what, ")");
         lens = at::full({batch}, n, q.options().dtype(at::kInt));
     } else if (cache_seqlens.has_value()) {
         lens = *cache_seqlens;
         TORCH_CHECK_VALUE(lens.scalar_type() == at::kInt, "cache_seqlens dtype ", dtype_str(lens),
                           " (allowed: torch.int32, a key count per sequence)");
         TORCH_CHECK_VALUE(lens.dim() == 1 && lens.size(0) == batch, "cache_seqlens ", shape_str(lens), " for q ",
-                          shape_str(q), " (allowed: [batch] = (", batch, ",), a key count per sequence)");
+                          shape_str(q), " (allowed: [batch] = (", num(batch), ",), a key count per sequence)");
         check_device(s, "cache_seqlens", lens, q);
         if (lens.stride(0) != 1) lens = lens.contiguous();
     }
@@ -394,16 +396,16 @@ std::tuple<Tensor, Tensor> fwd_kvcache(const Tensor &q_in, const Tensor &k_in, c
             for (int64_t b = 0; b < batch; b++) n[b] = a[b];
         }
         for (int64_t b = 0; b < batch; b++)
-            TORCH_CHECK_VALUE(0 <= n[b] && n[b] <= capacity, "cache_seqlens[", b, "] = ", n[b], " (allowed: 0 to ",
-                              capacity, ", ", what, ")");
+            TORCH_CHECK_VALUE(0 <= n[b] && n[b] <= capacity, "cache_seqlens[", num(b), "] = ", num(n[b]), " (allowed: 0 to ",
+                              num(capacity), ", ", what, ")");
         if (paged) {
             auto a = table.accessor<int32_t, 2>();
             int64_t num_pages = k.size(0), page_size = k.size(1);
             for (int64_t b = 0; b < batch; b++)
                 for (int64_t e = 0; e < (n[b] + page_size - 1) / page_size; e++)
-                    TORCH_CHECK_VALUE(0 <= a[b][e] && a[b][e] < num_pages, "block_table[", b, "][", e, "] = ", a[b][e],
-                                      " (allowed: 0 to ", num_pages - 1, ", a page of k_cache and v_cache, in every "
-                                      "entry sequence ", b, "'s ", n[b], " keys reach)");
+                    TORCH_CHECK_VALUE(0 <= a[b][e] && a[b][e] < num_pages, "block_table[", num(b), "][", num(e), "] = ", num(a[b][e]),
+                                      " (allowed: 0 to ", num(num_pages - 1), ", a page of k_cache and v_cache, in every "
+                                      "entry sequence ", num(b), "'s ", num(n[b]), " keys reach)");
         }
     }
     Tensor o = at::empty(q.sizes(), q.options());

@@ -279,16 +279,16 @@ def sdpa_provider(fwd_step, bwd_step, decode_step):
     set_attention(model, "eager")
     eager = outputs()
     set_attention(model, "sdpa")
+    # SDPA sets its backend order on its first call that may choose (cuDNN first on sm90 in torch
+    # 2.11): the order to come back to after deactivate_sdpa is that one, read before activation
+    zeros = torch.zeros(1, 1, 1, 64, dtype=torch.float16, device="cuda")
+    F.scaled_dot_product_attention(zeros, zeros, zeros)
+    priority = torch._C._get_sdp_priority_order()
     try:
         fa2.activate_sdpa(fwd_step, bwd_step, decode_step)
     except Exception as e:  # noqa: BLE001
         report(False, "fa2.activate_sdpa", f"{type(e).__name__}: {e}")
         return
-    # SDPA sets its backend order on its first call that may choose (cuDNN first on sm90 in torch
-    # 2.11): the order to come back to is that one
-    zeros = torch.zeros(1, 1, 1, 64, dtype=torch.float16, device="cuda")
-    F.scaled_dot_product_attention(zeros, zeros, zeros)
-    priority = torch._C._get_sdp_priority_order()
     try:
         steps = outputs()  # SDPA left to choose: the provider puts its flash path first
         counts = fa2.sdpa_counts()
