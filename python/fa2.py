@@ -277,8 +277,8 @@ def _not_tensors(named):
 
 def attention(q, k, v, causal=False, scale=None, step="07", return_lse=False, backward_step=None):
     """softmax(scale q k^T) v through one step of this repository (see the module's text)."""
-    path = _PATHS.get(step) or library_path(step)
-    bpath = path if backward_step is None else (_PATHS.get(backward_step) or library_path(backward_step))
+    path = _path(step)
+    bpath = path if backward_step is None else _path(backward_step)
     try:
         o, lse = _fwd(q, k, v, causal, scale, path, bpath)
     except (TypeError, RuntimeError):
@@ -292,7 +292,7 @@ def attention_with_kvcache(q, k_cache, v_cache, cache_seqlens=None, block_table=
                            step="13", return_lse=False):
     """softmax(scale q k^T) v over a KV cache, each sequence to its own length, K and V dense or in
     pages through block_table (see the module's text; the names as flash_attn_with_kvcache's)."""
-    path = _PATHS.get(step) or library_path(step)
+    path = _path(step)
     lens, n = cache_seqlens, None
     if lens is not None and not isinstance(lens, torch.Tensor):
         if isinstance(lens, bool) or not isinstance(lens, numbers.Integral):
