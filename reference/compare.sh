@@ -178,8 +178,8 @@ run() { # run COMMAND...: one timed run; its own line says what happened
 
 for entry in "${entries[@]}"; do
   shape=${entry#? }
-  backward=$([ "${entry%% *}" = B ] && echo 1 || echo 0)
-  if [ $backward = 1 ]; then step_bins=("${bwd_bins[@]}"); else step_bins=("${fwd_bins[@]}"); fi
+  bwd=$([ "${entry%% *}" = B ] && echo 1 || echo 0)  # this shape times the backward
+  if [ $bwd = 1 ]; then step_bins=("${bwd_bins[@]}"); else step_bins=("${fwd_bins[@]}"); fi
   read -r b h hkv nq nk d causal dtype options <<<"$shape"
   args=(--batch "$b" --heads "$h" --kv-heads "$hkv" --seqlen-q "$nq" --seqlen-k "$nk" --dim "$d" --dtype "$dtype")
   [ "$causal" = 1 ] && args+=(--causal)
@@ -188,7 +188,7 @@ for entry in "${entries[@]}"; do
   # the backward's check in round 1: whole (--check full) where the harness's fp64 backward
   # is cheap, else sample, which for the backward says UNCHECKED and why (fa2_bwd_reference_macs)
   full_check=0
-  if [ $backward = 1 ]; then
+  if [ $bwd = 1 ]; then
     args+=(--backward)
     full_check=$(awk -v b="$b" -v h="$h" -v nq="$nq" -v nk="$nk" -v d="$d" -v c="$causal" -v most="$BWD_FULL_CHECK_MACS" 'BEGIN {
       shift = nk - nq
@@ -202,11 +202,11 @@ for entry in "${entries[@]}"; do
   # fa2_refuse_kv_cache (the others would refuse it, exit 2, in one line each).
   contenders=()
   for bin in "${step_bins[@]}"; do
-    case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || { [ $summary = 1 ] && [ $backward = 0 ]; } || continue ;; esac
+    case $bin in build/step00/*|build/step01/*) [ "$shape" = "$seed_shape" ] || { [ $summary = 1 ] && [ $bwd = 0 ]; } || continue ;; esac
     [ -n "$options" ] && grep -q fa2_refuse_kv_cache steps/"$(basename "$(dirname "$bin")" | cut -c5-6)"_*/kernel.c* && continue
     contenders+=("$bin")
   done
-  [ $backward = 1 ] || [ -n "$options" ] || contenders+=(build/reference/cublas/fa2)  # no backward, no KV cache
+  [ $bwd = 1 ] || [ -n "$options" ] || contenders+=(build/reference/cublas/fa2)  # no backward, no KV cache
   [ $torch_ok = 1 ] && [ -z "$options" ] && contenders+=(torch)  # no paged or per-sequence input
   for ((round = 1; round <= ROUNDS; round++)); do
     echo
@@ -234,7 +234,6 @@ done
 
 echo
 echo "== $gpu${FA2_EMULATE:+ as $FA2_EMULATE}, $today: $runs runs ($ROUNDS rounds), $failed failed, $unsupported unsupported; rows in $csv"
-backward=$([ "$set_name" = backward ] && echo 1 || echo 0)
 [ $summary = 1 ] && awk -v mode=text -v backward=1 -v ceiling_csv="$ceiling_csv" -f reference/table.awk "$csv"
 awk -v mode=text -v backward="$backward" -v ceiling_csv="$ceiling_csv" -v bandwidth_csv="$bandwidth_csv" -v shapes="$(printf '%s;' "${shapes[@]}")" \
     -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"

@@ -356,36 +356,36 @@ function print_sweep(    specs, n_specs, i, j, k, key, keys, n_keys, steps, n_st
 # rows) at its third, their backward's TFLOP/s; each against torch's cuDNN and FA2 backends at
 # the same shape (the backward against theirs). front_info is a file of tab-separated lines,
 # one per step in order: its number, what it adds, what it runs on, its page.
-function front_row(id, adds, runs, page,    keys, n, kind, key, list, m, i, s, metric, top, share, cudnn, flash) {
-    n = split(front_shapes, keys, ";")
-    kind = (id in front_decode) ? 2 : 1
-    key = spec_key(keys[kind])
-    if (n >= 3 && (("B:" spec_key(keys[3])) in seen_shape)) {
-        m = split(steps_of["B:" spec_key(keys[3])], list, " ")
-        for (i = 1; i <= m; i++) if (substr(list[i], 1, 3) == id "_") { kind = 3; key = "B:" spec_key(keys[3]) }
-    }
-    s = ""
+# The step numbered id among a shape's rows ("" if it has none there).
+function step_at(key, id,    list, m, i) {
     m = split(steps_of[key], list, " ")
-    for (i = 1; i <= m; i++) if (substr(list[i], 1, 3) == id "_") s = list[i]
-    if (s == "" || median_ms(key, s) == "") { printf "| [%s](%s) | %s | %s | - | - | - | - | - |\n", id, page, adds, runs; return }
-    split(key, keys, "|"); sub(/^B:/, "", keys[1])
-    if (kind == 2) {
-        metric = gbps_of(key, s); cudnn = gbps_of(key, "torch_sdpa_cudnn"); flash = gbps_of(key, "torch_sdpa_flash")
-        share = bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.1f%% of bandwidth", 100 * metric / bandwidth) : "-"
-        metric = fmt_tflops(metric) " GB/s"
-    } else {
-        metric = tflops_of(key, s); cudnn = tflops_of(key, "torch_sdpa_cudnn"); flash = tflops_of(key, "torch_sdpa_flash")
-        top = (substr(s, 1, 2) in runs_wgmma) ? "wgmma" : "mma.sync"
-        share = ceiling_share(key, s, metric, keys[1], top == "wgmma")
-        share = share == "-" ? "-" : share " of " top
-        metric = fmt_tflops(metric) " TFLOP/s"
-    }
-    if (share != "-") share = sprintf(share + 0 >= 10 ? "%.0f%%" : "%.1f%%", share + 0) substr(share, index(share, "%") + 1)  # two digits are enough above 10%
-    printf "| [%s](%s)%s | %s | %s | %s | %s | %s | %s | %s |\n", id, page, status[key, s] == "PASS" ? "" : " [" status[key, s] "]",
-           adds, runs, fmt_ms(median_ms(key, s)), metric, share,
-           device[key, s] == "CPU" ? "-" : fmt_ratio(cudnn == "" ? "" : (kind == 2 ? gbps_of(key, s) : tflops_of(key, s)), cudnn),
-           device[key, s] == "CPU" ? "-" : fmt_ratio(flash == "" ? "" : (kind == 2 ? gbps_of(key, s) : tflops_of(key, s)), flash)
+    for (i = 1; i <= m; i++) if (substr(list[i], 1, 3) == id "_") return list[i]
+    return ""
 }
+
+function front_row(id, adds, runs, page,    keys, n, kind, key, s, dtype, rate, top, what, unit, share, cpu) {
+    n = split(front_shapes, keys, ";")
+    key = n >= 3 ? "B:" spec_key(keys[3]) : ""
+    if (key != "" && (s = step_at(key, id)) != "") kind = 3  # a step with a backward: its backward's row
+    else { kind = (id in front_decode) ? 2 : 1; key = spec_key(keys[kind]); s = step_at(key, id) }
+    if (s == "" || median_ms(key, s) == "") { printf "| [%s](%s) | %s | %s | - | - | - | - | - |\n", id, page, adds, runs; return }
+    split(key, keys, "|"); dtype = keys[1]; sub(/^B:/, "", dtype)
+    rate = front_rate(key, s, kind)
+    if (kind == 2) { top = bandwidth; what = "bandwidth"; unit = "GB/s" }
+    else {
+        what = (substr(s, 1, 2) in runs_wgmma) ? "wgmma" : "mma.sync"
+        top = what == "wgmma" ? wgmma_ceiling[dtype] : ceiling[dtype]; unit = "TFLOP/s"
+    }
+    cpu = device[key, s] == "CPU"
+    share = cpu || top + 0 == 0 ? "-" : sprintf(100 * rate / top >= 10 ? "%.0f%% of %s" : "%.1f%% of %s", 100 * rate / top, what)
+    printf "| [%s](%s)%s | %s | %s | %s | %s %s | %s | %s | %s |\n", id, page, status[key, s] == "PASS" ? "" : " [" status[key, s] "]",
+           adds, runs, fmt_ms(median_ms(key, s)), fmt_tflops(rate), unit, share,
+           cpu ? "-" : fmt_ratio(rate, front_rate(key, "torch_sdpa_cudnn", kind)),
+           cpu ? "-" : fmt_ratio(rate, front_rate(key, "torch_sdpa_flash", kind))
+}
+
+# A row's rate at a front shape: GB/s of K and V at the decode shape (kind 2), else TFLOP/s.
+function front_rate(key, s, kind) { return kind == 2 ? gbps_of(key, s) : tflops_of(key, s) }
 
 function print_front(    line, f, n, ids, i) {
     n = split(decode_steps, ids, " ")
