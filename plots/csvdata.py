@@ -20,18 +20,6 @@ from shapes import read_shapes, visible_pairs  # noqa: E402
 
 INT_FIELDS = ("batch", "heads_q", "heads_kv", "seqlen_q", "seqlen_k", "head_dim", "causal")
 
-# The steps renamed or renumbered since (results/README.md maps every old name): the CSVs of
-# earlier runs name them as they were then, and their rows count as the step's name now.
-RENAMED = {
-    "07_hopper_wgmma": "11_intra_warpgroup_overlap",
-    "08_hopper_wgmma": "11_intra_warpgroup_overlap",
-    "08_wgmma_tma": "09_wgmma",
-    "09_warp_specialized": "10_warp_specialized",
-    "10_intra_warpgroup_overlap": "11_intra_warpgroup_overlap",
-    "11_persistent": "12_persistent",
-    "12_split_kv": "13_split_kv",
-}
-
 
 def read_rows(path):
     """Forward rows with a finite time at a dense shape (not a paged or mixed-length KV cache's
@@ -48,10 +36,8 @@ def read_rows(path):
                 continue  # a paged or mixed-length KV cache (make compare SHAPES=decode): no plot's
             for k in INT_FIELDS:
                 r[k] = int(r[k])
-            step = r["step"]
-            if step.endswith("_backward"):
+            if r["step"].endswith("_backward"):
                 continue  # a backward row, or the forward row of a step that teaches the backward
-            r["step"] = RENAMED.get(r["step"], r["step"])
             try:
                 ms = float(r["ms_median"])
             except ValueError:

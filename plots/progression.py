@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """Bar chart of the step-by-step progression: TFLOP/s of every step at one shape (the
-README's prefill shape, the summary set of reference/shapes.txt, unless --shape), on a log scale so that the CPU step
-and the first GPU steps show next to the fast ones, with the peers (cuBLAS unfused, torch
-SDPA) and the measured mma.sync ceiling (and on Hopper the wgmma ceiling) as labelled lines.
+README's prefill shape, the summary set of reference/shapes.txt, unless --shape), on a log
+scale so that the CPU step and the first GPU steps show next to the fast ones, with the peers
+(cuBLAS unfused, torch SDPA) and the measured mma.sync ceiling (and on Hopper the wgmma
+ceiling) as labelled lines.
 
 usage: python3 plots/progression.py [results/.../compare-<gpu>-<date>.csv] [--out PNG]
 """

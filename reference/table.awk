@@ -76,13 +76,6 @@ BEGIN {
     }
     n_wgmma = split(wgmma_steps, wgmma_ids, " ")
     for (i = 1; i <= n_wgmma; i++) runs_wgmma[wgmma_ids[i]] = 1
-    # The steps renumbered on 2026-11-24 (results/README.md): the CSVs of runs before it name
-    # them as they were then, and their rows count as the step's name now.
-    renamed["08_wgmma_tma"] = "09_wgmma"
-    renamed["09_warp_specialized"] = "10_warp_specialized"
-    renamed["10_intra_warpgroup_overlap"] = "11_intra_warpgroup_overlap"
-    renamed["11_persistent"] = "12_persistent"
-    renamed["12_split_kv"] = "13_split_kv"
 }
 
 FNR == 1 && $1 == "step" { next }
@@ -109,7 +102,6 @@ NF >= 19 {
     # a _backward step's forward row: its forward is another step's (the header says why)
     if (!is_bwd && $1 ~ /^[0-9][0-9]_/ && $1 ~ /_backward$/) next
     step_name = is_bwd ? substr($1, 1, length($1) - 9) : $1
-    if (step_name in renamed) step_name = renamed[step_name]
     if (!(key in seen_shape)) { seen_shape[key] = 1; shape_order[++n_shapes] = key }
     if (!((key, step_name) in n_rounds)) { steps_of[key] = steps_of[key] " " step_name; n_rounds[key, step_name] = 0; status[key, step_name] = "UNCHECKED" }
     device[key, step_name] = $2
