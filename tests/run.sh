@@ -285,16 +285,14 @@ out=$(python3 tools/ldsm_distance.py "$LOG/ldsm.sass" the_kernel 2 2>&1)
 expect_error 2 "ldsm_distance.py refuses a function it cannot find" python3 tools/ldsm_distance.py "$LOG/ldsm.sass" no_such_kernel 2
 
 echo "== the comparison tables without a GPU: table.awk and readme_table.sh on the committed CSVs and on a backward CSV written here"
-# Every table on a results page or the README rewrites byte for byte from the CSV it names
-# (the README's with --summary, but for its backward tables, which have no summary form).
+# Every table on the results page or the README rewrites byte for byte from the CSV it names
+# (the README's with --summary).
 for page in README.md docs/results-h200.md; do
   cp "$page" "$LOG/page.md"
   page_ok=1
-  for table_csv in $(awk '/^<!-- [a-z-]*:begin -->$/ { table = substr($2, 1, length($2) - 6) }
-                         /^<!-- written by reference\/readme_table.sh from .*: edit that, not this -->$/ {
-                           csv = $6; sub(/:$/, "", csv); print table ":" csv }' "$page"); do
-    table=${table_csv%%:*} csv=${table_csv#*:}
-    summary=$([ "$page" = README.md ] && [ "$table" != backward-table ] && echo --summary)
+  summary=$([ "$page" = README.md ] && echo --summary)
+  for csv in $(awk '/^<!-- written by reference\/readme_table.sh from .*: edit that, not this -->$/ {
+                      csv = $6; sub(/:$/, "", csv); print csv }' "$page"); do
     bash reference/readme_table.sh $summary "$csv" "$LOG/page.md" >"$LOG/page.log" 2>&1 || page_ok=0
   done
   if [ $page_ok = 1 ] && cmp -s "$page" "$LOG/page.md"; then result PASS "readme_table.sh rewrites $page from the CSVs it names, byte for byte"
@@ -497,17 +495,16 @@ if python3 -c 'import torch' >/dev/null 2>&1; then
   run_program train-cpu python3 python/train.py --step 00 --device cpu
 else result SKIP "the torch operators on the CPU (step 00, a KV cache, opcheck, a fullgraph compile), sdpa.py's fp64 backward, the training run" "torch is not installed (pip install torch)"; fi
 if python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
-  for plot in progression; do  # on the newest committed compare CSV, as make plots with no CSV
-    if python3 "plots/$plot.py" --out "$LOG/$plot.png" >"$LOG/plot-$plot.log" 2>&1 && [ -s "$LOG/$plot.png" ]; then
-      result PASS "plots/$plot.py draws the newest committed compare CSV"
-    else result FAIL "plots/$plot.py" "$(tail -n 2 "$LOG/plot-$plot.log")"; fi
-    # a tree without git's history (a release's archive, a copy) draws the same plot, its
-    # newest CSV found by the run folders' names instead
-    if GIT_DIR=/nonexistent python3 "plots/$plot.py" --out "$LOG/$plot-nogit.png" >"$LOG/plot-$plot-nogit.log" 2>&1 &&
-       cmp -s "$LOG/$plot.png" "$LOG/$plot-nogit.png"; then
-      result PASS "plots/$plot.py without git's history draws the same plot"
-    else result FAIL "plots/$plot.py without git's history" "$(tail -n 2 "$LOG/plot-$plot-nogit.log")"; fi
-  done
+  # on the newest committed compare CSV, as make plots with no CSV
+  if python3 plots/progression.py --out "$LOG/progression.png" >"$LOG/plot.log" 2>&1 && [ -s "$LOG/progression.png" ]; then
+    result PASS "plots/progression.py draws the newest committed compare CSV"
+  else result FAIL "plots/progression.py" "$(tail -n 2 "$LOG/plot.log")"; fi
+  # a tree without git's history (a release's archive, a copy) draws the same plot, its newest
+  # CSV found by the dates in the files' names instead
+  if GIT_DIR=/nonexistent python3 plots/progression.py --out "$LOG/progression-nogit.png" >"$LOG/plot-nogit.log" 2>&1 &&
+     cmp -s "$LOG/progression.png" "$LOG/progression-nogit.png"; then
+    result PASS "plots/progression.py without git's history draws the same plot"
+  else result FAIL "plots/progression.py without git's history" "$(tail -n 2 "$LOG/plot-nogit.log")"; fi
 else result SKIP "plots" "matplotlib is not installed (make plots makes a local .venv for it)"; fi
 
 echo "== GPU matrix"
