@@ -64,7 +64,6 @@ import numbers
 import os
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FA2_ERR_LAUNCH = 2  # common/fa2.h
 
 
 class Fa2Params(ctypes.Structure):
@@ -88,20 +87,9 @@ class Fa2Params(ctypes.Structure):
     ]
 
 
-class Fa2BwdParams(ctypes.Structure):
-    """fa2_bwd_params of common/fa2.h, field for field."""
-    _fields_ = [
-        ("fwd", Fa2Params),
-        ("dout", ctypes.c_void_p), ("dq", ctypes.c_void_p), ("dk", ctypes.c_void_p), ("dv", ctypes.c_void_p),
-        ("dout_batch_stride", ctypes.c_int64), ("dout_row_stride", ctypes.c_int64), ("dout_head_stride", ctypes.c_int64),
-        ("dq_batch_stride", ctypes.c_int64), ("dq_row_stride", ctypes.c_int64), ("dq_head_stride", ctypes.c_int64),
-        ("dk_batch_stride", ctypes.c_int64), ("dk_row_stride", ctypes.c_int64), ("dk_head_stride", ctypes.c_int64),
-        ("dv_batch_stride", ctypes.c_int64), ("dv_row_stride", ctypes.c_int64), ("dv_head_stride", ctypes.c_int64),
-    ]
-
-
 class Step:
-    """One step's libfa2.so with the fa2.h functions typed."""
+    """One step's libfa2.so through ctypes: its name, key change and device, and what it supports
+    (the operators call it from C++; tools/bench_torch.py times its fa2_forward bare)."""
 
     def __init__(self, path):
         self.path = path
@@ -110,11 +98,7 @@ class Step:
         lib.fa2_supports.argtypes = [ctypes.POINTER(Fa2Params), ctypes.c_char_p, ctypes.c_size_t]
         lib.fa2_workspace_size.argtypes = [ctypes.POINTER(Fa2Params)]
         lib.fa2_workspace_size.restype = ctypes.c_size_t
-        lib.fa2_backward.argtypes = [ctypes.POINTER(Fa2BwdParams), ctypes.c_void_p]
-        lib.fa2_backward_supports.argtypes = [ctypes.POINTER(Fa2BwdParams), ctypes.c_char_p, ctypes.c_size_t]
-        lib.fa2_backward_workspace_size.argtypes = [ctypes.POINTER(Fa2BwdParams)]
-        lib.fa2_backward_workspace_size.restype = ctypes.c_size_t
-        for name in ("fa2_name", "fa2_key_change", "fa2_last_error"):
+        for name in ("fa2_name", "fa2_key_change"):
             getattr(lib, name).restype = ctypes.c_char_p
         self.name = lib.fa2_name().decode()
         self.key_change = lib.fa2_key_change().decode()
@@ -126,25 +110,6 @@ class Step:
     def supports(self, p):
         why = ctypes.create_string_buffer(256)
         return bool(self.lib.fa2_supports(ctypes.byref(p), why, len(why))), why.value.decode()
-
-    def forward(self, p, stream):
-        self._check(self.lib.fa2_forward(ctypes.byref(p), ctypes.c_void_p(stream)), "fa2_forward")
-
-    def backward_workspace_size(self, bp):
-        return self.lib.fa2_backward_workspace_size(ctypes.byref(bp))
-
-    def backward_supports(self, bp):
-        why = ctypes.create_string_buffer(256)
-        return bool(self.lib.fa2_backward_supports(ctypes.byref(bp), why, len(why))), why.value.decode()
-
-    def backward(self, bp, stream):
-        self._check(self.lib.fa2_backward(ctypes.byref(bp), ctypes.c_void_p(stream)), "fa2_backward")
-
-    def _check(self, rc, call):
-        if rc == FA2_ERR_LAUNCH:
-            raise RuntimeError(f"step {self.name}: {self.lib.fa2_last_error().decode()}")
-        if rc:
-            raise RuntimeError(f"step {self.name}: {call} returned {rc}")
 
 
 _steps = {}
