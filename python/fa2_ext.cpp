@@ -260,6 +260,14 @@ bool run_forward(const Step &s, fa2_params &p, const Tensor &q, bool raise)
     TORCH_CHECK(false, "step ", s.name, ": fa2_forward returned ", num(rc));
 }
 
+// O as q (dense) and LSE [batch, heads_q, seqlen_q] float32: what every forward returns, from
+// torch's caching allocator.
+std::tuple<Tensor, Tensor> forward_outputs(const Tensor &q)
+{
+    return {at::empty(q.sizes(), q.options()),
+            at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat))};
+}
+
 // ---- fa2::fwd --------------------------------------------------------------------------------
 std::tuple<Tensor, Tensor> fwd(const Tensor &q_in, const Tensor &k_in, const Tensor &v_in, bool causal,
                                std::optional<double> scale, c10::string_view step, c10::string_view backward_step)
@@ -274,8 +282,7 @@ std::tuple<Tensor, Tensor> fwd(const Tensor &q_in, const Tensor &k_in, const Ten
                       " (allowed: k and v [batch, seqlen_k, heads_kv, head_dim] with q's batch and head_dim)");
     c10::OptionalDeviceGuard guard;
     if (s.gpu) guard.reset_device(q.device());
-    Tensor o = at::empty(q.sizes(), q.options());
-    Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+    auto [o, lse] = forward_outputs(q);
     fa2_params p = make_params(q, k, v, o, lse, causal, scale);
     run_forward(s, p, q, true);
     return {o, lse};
@@ -408,8 +415,7 @@ std::tuple<Tensor, Tensor> fwd_kvcache(const Tensor &q_in, const Tensor &k_in, c
                                       "entry sequence ", num(b), "'s ", num(n[b]), " keys reach)");
         }
     }
-    Tensor o = at::empty(q.sizes(), q.options());
-    Tensor lse = at::empty({batch, q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+    auto [o, lse] = forward_outputs(q);
     fa2_params p = make_params(q, k, v, o, lse, causal, scale);
     if (lens.defined()) p.seqlens_k = lens.data_ptr<int32_t>();
     if (paged) {
@@ -517,6 +523,12 @@ Sdpa &sdpa()
     return *s;
 }
 
+// A window size as torch's own flash kernels take it: a plain int, or none.
+std::optional<int64_t> opt_int(const std::optional<c10::SymInt> &x)
+{
+    return x.has_value() ? std::optional<int64_t>(x->expect_int()) : std::nullopt;
+}
+
 bool sdpa_dtype_ok(const Tensor &q, const Tensor &k, const Tensor &v)
 {
     auto st = q.scalar_type();
@@ -533,8 +545,7 @@ std::tuple<Tensor, Tensor> sdpa_forward(const Tensor &q, const Tensor &k, const 
     Sdpa &a = sdpa();
     const Step &s = (a.decode && q.size(1) <= a.decode_max_seqlen_q) ? *a.decode : *a.forward;
     c10::cuda::CUDAGuard guard(q.device());
-    Tensor o = at::empty(q.sizes(), q.options());
-    Tensor lse = at::empty({q.size(0), q.size(2), q.size(1)}, q.options().dtype(at::kFloat));
+    auto [o, lse] = forward_outputs(q);
     fa2_params p = make_params(q, k, v, o, lse, causal, scale);
     if (!run_forward(s, p, q, false)) return {};
     a.counts[0]++;
@@ -557,9 +568,6 @@ std::tuple<Tensor, Tensor, Tensor, Tensor, Tensor> sdpa_flash_forward(
             return {o, lse, at::empty({2}, u64), at::empty({}, u64), at::empty({0}, q.options())};
         }
     }
-    auto opt_int = [](const std::optional<c10::SymInt> &x) {
-        return x.has_value() ? std::optional<int64_t>(x->expect_int()) : std::nullopt;
-    };
     sdpa().counts[1]++;
     return at::native::_flash_attention_forward(q, k, v, cum_seq_q, cum_seq_k, max_q.expect_int(), max_k.expect_int(),
                                                 dropout_p, is_causal, return_debug_mask, scale, opt_int(window_left),
@@ -584,9 +592,6 @@ std::tuple<Tensor, Tensor, Tensor> sdpa_flash_backward(
             return {dq, dk, dv};
         }
     }
-    auto opt_int = [](const std::optional<c10::SymInt> &x) {
-        return x.has_value() ? std::optional<int64_t>(x->expect_int()) : std::nullopt;
-    };
     a.counts[3]++;
     return at::native::_flash_attention_backward(dout, q, k, v, o, lse, cum_seq_q, cum_seq_k, max_q.expect_int(),
                                                  max_k.expect_int(), dropout_p, is_causal, rng_state, unused, scale,
