@@ -100,7 +100,8 @@ if [ $summary = 1 ]; then
     echo "the rounds of each round's median launch, L2 flushed before each launch, torch measured in the same rounds."
     echo "The forward steps at $(label "$prefill"); the decode step at $(label "$decode") (GB/s of K and V);"
     echo "the backward steps at $(label "$bwd"), their backward (TFLOP/s count 2.5 forwards) against torch's backward."
-    echo "Ceilings measured in the same run: mma.sync ${mma:-?} and wgmma ${wgmma:-?} TFLOP/s (fp16), streaming read ${gbps:-?} GB/s."
+    echo "Ceilings measured in the same run: mma.sync ${mma:-?} and wgmma ${wgmma:-?} TFLOP/s (fp16, \`$ceiling_csv\`),"
+    echo "streaming read ${gbps:-?} GB/s (\`$bandwidth_csv\`)."
     grep -q ',UNCHECKED,' "$csv" && echo "UNCHECKED: timed but not compared with the fp64 reference at this shape (too slow on the CPU); \`make test\` checks every step over its matrix."
     echo
     awk -v mode=front -v front_info="$info" -v decode_steps="$decode_steps" -v wgmma_steps="$wgmma_steps" \
