@@ -69,7 +69,7 @@ help:
 	@echo "make step=NN profile [ARGS=] [KERNELS=2] [SKIP=3]  Nsight Compute on one launch (or the first N kernels; SKIP: after 3 calls): tensor pipe, issue, stalls, bank conflicts"
 	@echo "make step=NN sanitize         compute-sanitizer memcheck, racecheck, synccheck, initcheck"
 	@echo "make step=NN variant NAME=X [DEFINES=-D...] [SRC=FILE]  a rebuilt copy in build/variants/X (sweeps, tests)"
-	@echo "make compare [SHAPES=all] [ROUNDS=3] [STEPS=\"11 12\"]  the steps (or those named), the cuBLAS baseline and torch SDPA in rounds: the tables"
+	@echo "make compare [SHAPES=all] [ROUNDS=3] [STEPS=\"11 12\"]  the steps (or those named), the cuBLAS baseline, torch SDPA and FA4 (if installed) in rounds: the tables"
 	@echo "                              (SHAPES=seed, bench, sweep, decode, backward or all; the backward steps 14 and 15"
 	@echo "                              only in SHAPES=backward, against torch's backward per backend)"
 	@echo "make plots [CSV=...]          PNGs from a compare CSV (default: the newest committed one; matplotlib)"

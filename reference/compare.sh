@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# reference/compare.sh - the engine of `make compare`: every step, the cuBLAS baseline and
-# torch SDPA's backends (when torch is installed) on the same shapes, timed by the same rules,
-# in rounds. A round runs every contender once at a shape; the order turns by one from round
+# reference/compare.sh - the engine of `make compare`: every step, the cuBLAS baseline,
+# torch SDPA's backends (when torch is installed) and FlashAttention-4 (when flash_attn.cute
+# imports: pip install flash-attn-4) on the same shapes, timed by the same rules, in rounds. A round runs every contender once at a shape; the order turns by one from round
 # to round (and torch's backends turn among themselves), so none always runs first or
 # last. The tables report, per contender and shape, the median over the rounds of each
 # round's median launch time: a ratio does not move with the order of the runs.
@@ -162,6 +162,19 @@ case $? in
   *) echo "compare: $PYTHON cannot import torch with CUDA: torch SDPA rows skipped (pip install torch to add them)" ;;
 esac
 torch_backends=(flash cudnn efficient math default)
+# FlashAttention-4 (pip install flash-attn-4) where it imports: one more of torch's
+# contenders, timed in the same process by the same rules (sdpa.py --backends fa4), at
+# every shape but the decode set's.
+fa4_ok=0
+if [ $torch_ok = 1 ]; then
+  if timeout 300 "$PYTHON" -c 'import flash_attn.cute' >/dev/null 2>&1; then
+    fa4_ok=1
+    echo "== FlashAttention-4 (flash_attn.cute) imports: a contender at every shape but the decode set's"
+  else
+    echo "compare: flash_attn.cute does not import: no FA4 rows (pip install flash-attn-4 to add them)"
+  fi
+fi
+decode_shapes=$(shapes_of decode)
 
 runs=0 failed=0 unsupported=0
 run() { # run COMMAND...: one timed run; its own line says what happened
@@ -218,9 +231,11 @@ for entry in "${entries[@]}"; do
       c=${contenders[$(( (i + round - 1) % count ))]}
       case $c in
         torch)
+          backends=("${torch_backends[@]}")
+          [ $fa4_ok = 1 ] && ! grep -qxF "$shape" <<<"$decode_shapes" && backends+=(fa4)
           order=()
-          for ((j = 0; j < ${#torch_backends[@]}; j++)); do
-            order+=("${torch_backends[$(( (j + round - 1) % ${#torch_backends[@]} ))]}")
+          for ((j = 0; j < ${#backends[@]}; j++)); do
+            order+=("${backends[$(( (j + round - 1) % ${#backends[@]} ))]}")
           done
           run "$PYTHON" reference/sdpa.py "${args[@]}" --warmup 3 --iters "$ITERS" --check "$check" --csv "$csv" --require \
               --backends "$(IFS=,; echo "${order[*]}")" ;;

@@ -8,6 +8,11 @@
 #   <!-- decode-table:begin -->  and  <!-- decode-table:end -->
 # instead: one table per decode shape, in GB/s and % of the bandwidth-*.csv beside it (a
 # paged or mixed-length KV cache's shape, shapes.txt's options, a table of its own).
+# A CSV with FlashAttention-4's rows (fa4, fa4_backward: compare.sh where flash_attn.cute
+# imports) rewrites the lines between
+#   <!-- fa4-table:begin -->  and  <!-- fa4-table:end -->
+# instead: the bench set's tables from its forward rows, then the backward set's from its
+# backward rows (a forward run and a backward run may share the one CSV), each with "vs FA4".
 # A CSV of `make compare SHAPES=backward` (it holds backward rows: table.awk says which rows
 # are) rewrites the lines between
 #   <!-- backward-table:begin -->  and  <!-- backward-table:end -->
@@ -125,12 +130,18 @@ has_rows_of() { # has_rows_of SET OTHER: does the CSV hold a row at a shape of S
 table=compare
 has_rows_of decode seed && table=decode
 [ "$(awk -v mode=count_backward -f reference/table.awk "$csv")" -gt 0 ] && table=backward
-shapes=$(shapes_of "$([ $table = compare ] && echo bench || echo $table)")
+grep -qE '^fa4(_backward)?,' "$csv" && table=fa4
+shapes=$(shapes_of "$(case $table in compare|fa4) echo bench ;; *) echo $table ;; esac)")
 rows_csv=$csv
 need_markers "$table-table"
 command='make compare'
 if [ $table = decode ]; then command='make compare SHAPES=decode'
 elif [ $table = backward ]; then command='make compare SHAPES=backward'
+elif [ $table = fa4 ]; then
+  # the steps each run timed (compare.sh's STEPS), from the rows: the forward's, the backward's
+  steps_of() { awk -F, -v bwd="$1" 'FNR > 1 && $1 ~ /^[0-9][0-9]_/ && ($1 ~ /_backward$/) == bwd { id[substr($1, 1, 2)] = 1 }
+                   END { n = 0; for (i in id) s = s (n++ ? "," : "") i; print s }' "$csv"; }
+  command="STEPS=$(steps_of 0) make compare SHAPES=bench\` and \`STEPS=$(steps_of 1) make compare SHAPES=backward"
 elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
 # (a KV cache's rows, page_size and seqlens_k after the quoted key change, are shapes of their own)
 rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { kv = NF >= 22 && $NF !~ /"$/ ? "," $(NF - 1) "," $NF : ""
@@ -165,7 +176,15 @@ trap 'rm -f "$block" "$block.readme"' EXIT
   echo "Each time is the median over the rounds of each round's median launch time; ratios are speed ratios to torch SDPA"
   echo "measured in the same rounds (above 1: faster than torch)."
   [ -z "$ceiling_rule" ] || echo "$ceiling_rule"
-  if [ $table = backward ]; then
+  if [ $table = fa4 ]; then
+    echo "The forward at the bench shapes the run reached:"
+    awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
+        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$rows_csv"
+    echo
+    echo "The backward at the backward shapes it reached (the backward's alone; TFLOP/s count 2.5 forwards):"
+    awk -v mode=markdown -v backward=1 -v ceiling_csv="$ceiling_csv" -v shapes="$(shapes_of backward | tr '\n' ';')" \
+        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$rows_csv"
+  elif [ $table = backward ]; then
     echo "The times are the backward's alone (dQ, dK, dV from Q, K, V, O, LSE and dO; torch's: autograd.grad of a forward run"
     echo "before the timing), against torch's backward per backend; TFLOP/s count 2.5 forwards, as FA2 and FA3 count a backward."
     awk -v mode=markdown -v backward=1 -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \

@@ -4,7 +4,10 @@
 Writes rows in the harness's CSV format (common/main.c), so the steps, the cuBLAS
 baseline and torch land in one table: step = torch_sdpa_flash (PyTorch's
 FlashAttention-2), torch_sdpa_cudnn, torch_sdpa_efficient, torch_sdpa_math and
-torch_sdpa_default (no backend restriction: what a user gets).
+torch_sdpa_default (no backend restriction: what a user gets). With --backends fa4 it
+times FlashAttention-4 too (step = fa4: `pip install flash-attn-4`, its CuTe-DSL kernels
+for sm_90 and newer, compiled on their first call and kept in its on-disk cache), on the
+same [B, N, H, d] storage the steps read; a contender only, nothing of it is in the steps.
 
 With --step NN it also runs a step of this repository on the same torch tensors, through
 python/fa2.py (the ctypes binding), checks it against SDPA and times it the same way.
@@ -40,6 +43,7 @@ BACKENDS = {  # name: (step name in the CSV, what it is)
     "efficient": ("torch_sdpa_efficient", "PyTorch SDPA, EFFICIENT_ATTENTION backend (memory-efficient attention)"),
     "math": ("torch_sdpa_math", "PyTorch SDPA, MATH backend (unfused PyTorch ops)"),
     "default": ("torch_sdpa_default", "PyTorch SDPA, no backend restriction (what a user gets)"),
+    "fa4": ("fa4", "FlashAttention-4 (pip flash-attn-4: flash_attn.cute.flash_attn_func)"),
 }
 # rel_l2 and max_abs of the harness (common/check.c, which says why): PASS means the same thing.
 TOLERANCE = {"fp16": (2e-3, 1e-2), "bf16": (1.6e-2, 6e-2)}
@@ -89,6 +93,18 @@ def parse_args():
         if b not in BACKENDS:
             ap.error(f"--backends: '{b}' is not allowed (allowed: {', '.join(BACKENDS)})")
     return a
+
+
+def fa4_func():
+    """FlashAttention-4's flash_attn_func, or the one line why not. Its compiled kernels are
+    kept on disk (its FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED), so each process of a
+    comparison does not compile them again."""
+    os.environ.setdefault("FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED", "1")
+    try:
+        from flash_attn.cute import flash_attn_func
+    except Exception as e:  # not installed, or its CUDA DSL does not load
+        return None, f"flash_attn.cute does not import ({one_line(e)}): pip install flash-attn-4"
+    return flash_attn_func, ""
 
 
 def sample_rows(seqlen):
@@ -207,9 +223,10 @@ class Timer:
         start = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         stop = [torch.cuda.Event(enable_timing=True) for _ in range(self.iters)]
         for i in range(self.iters):
-            # A Python call takes tens of microseconds to reach the GPU, the harness's C
-            # call a few: a GPU-side spin queued first keeps that host time out of the events.
-            torch.cuda._sleep(100_000)
+            # A Python call takes tens of microseconds to reach the GPU (FA4's interface about
+            # a hundred), the harness's C call a few: a GPU-side spin queued first, 400,000
+            # clocks (0.2 ms at 2 GHz), keeps that host time out of the events.
+            torch.cuda._sleep(400_000)
             self.flush.amax()  # a reduction: every line read, none written
             start[i].record()
             launch()
@@ -257,16 +274,37 @@ class Results:
                         f"{status},\"{text}\",0,\n")  # contiguous, every sequence seqlen_k keys
 
 
+# What a backend raises when it has no kernel for the inputs (FA4 asserts or raises
+# ValueError on what it does not take), or when the GPU's memory runs out.
+REFUSALS = (RuntimeError, NotImplementedError, ValueError, AssertionError, TypeError)
+
+
+def forward_launch(name, inputs, shape, mask):
+    """The forward of backend `name` on the [B, H, N, d] views `inputs`, as a function that
+    returns O as a [B, H, N, d] view; or None and the one line why not. FA4 is called on the
+    [B, N, H, d] storage those views are of, as FA2 and the steps are."""
+    import torch.nn.functional as F
+    q, k, v = inputs
+    b, h, hkv, nq, nk, d, causal, dtype = shape
+    if name != "fa4":
+        return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
+                                                       enable_gqa=hkv != h)), ""
+    fa4, why = fa4_func()
+    if fa4 is None:
+        return None, why
+    q_s, k_s, v_s = (t.transpose(1, 2) for t in inputs)
+    return (lambda: fa4(q_s, k_s, v_s, softmax_scale=d ** -0.5, causal=bool(causal))[0].transpose(1, 2)), ""
+
+
 def run_sdpa_backends(torch, args, shape, timer, results, inputs, ref):
     """One row per backend, in the order given; returns the default backend's output (or None)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
-    import torch.nn.functional as F
 
     q, k, v = inputs
     b, h, hkv, nq, nk, d, causal, dtype = shape
     backend_of = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH, "default": None}
+                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
     # torch's is_causal is top-left aligned; FA2's (and the steps') bottom-right mask is
     # the same only when seqlen_q = seqlen_k, else it is causal_lower_right.
     mask = causal_lower_right(nq, nk) if causal and nq != nk else None
@@ -274,19 +312,18 @@ def run_sdpa_backends(torch, args, shape, timer, results, inputs, ref):
     default_out = None
     for name in args.backends:
         step, text = BACKENDS[name]
-
-        def launch():
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
-                                                  enable_gqa=hkv != h)
-
+        launch, why = forward_launch(name, inputs, shape, mask)
+        if launch is None:
+            results.add(step, text, shape, why=why)
+            continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with sdpa_kernel(backend_of[name]) if backend_of[name] is not None else contextlib.nullcontext():
+                with sdpa_kernel(backend_of[name]) if backend_of.get(name) is not None else contextlib.nullcontext():
                     o = launch()
                     err = errors(o[:, :, rows, :], ref[0], None, ref[1]) if ref else None
                     timing = timer(launch)
-            except (RuntimeError, NotImplementedError) as e:  # no kernel for these inputs, or out of memory
+            except REFUSALS as e:  # no kernel for these inputs, or out of memory
                 reasons = [one_line(w.message) for w in caught] + [one_line(e)]
                 results.add(step, text, shape, why=" / ".join(reasons)[:300])
                 torch.cuda.empty_cache()
@@ -302,23 +339,25 @@ def run_sdpa_backward(torch, args, shape, timer, results, inputs, dout, ref):
     backward alone timed (torch.autograd.grad of that output, the graph kept for the next)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.nn.attention.bias import causal_lower_right
-    import torch.nn.functional as F
 
     q, k, v = inputs
     b, h, hkv, nq, nk, d, causal, dtype = shape
     backend_of = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH, "default": None}
+                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
     mask = causal_lower_right(nq, nk) if causal and nq != nk else None  # as the forward's rows
     for name in args.backends:
         step, text = BACKENDS[name]
         step, text = step + "_backward", text + ", backward"
+        forward, why = forward_launch(name, inputs, shape, mask)
+        if forward is None:
+            results.add(step, text, shape, why=why)
+            continue
         o = grads = None
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with sdpa_kernel(backend_of[name]) if backend_of[name] is not None else contextlib.nullcontext():
-                    o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
-                                                       enable_gqa=hkv != h)
+                with sdpa_kernel(backend_of[name]) if backend_of.get(name) is not None else contextlib.nullcontext():
+                    o = forward()
 
                     def launch():
                         return torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)
@@ -327,7 +366,7 @@ def run_sdpa_backward(torch, args, shape, timer, results, inputs, dout, ref):
                     err, rels = backward_errors(grads, ref) if ref else (None, None)
                     del grads
                     timing = timer(launch)
-            except (RuntimeError, NotImplementedError) as e:  # no kernel for these inputs, or out of memory
+            except REFUSALS as e:  # no kernel for these inputs, or out of memory
                 reasons = [one_line(w.message) for w in caught] + [one_line(e)]
                 del o, grads
                 results.add(step, text, shape, why=" / ".join(reasons)[:300])

@@ -6,6 +6,8 @@
 # other GPU step to mma.sync's (step 01, which runs neither, to mma.sync's: the rate step 02
 # starts to use). The cuBLAS and torch rows run instructions of their own: both columns. A contender measured in several rounds at a shape (make compare's
 # rows) gets the median of the rounds' medians; a check that failed in any round is shown.
+# A CSV with FlashAttention-4's rows (fa4, fa4_backward: sdpa.py --backends fa4) gives the
+# forward's and the backward's tables one more column, "vs FA4", after the torch ratios.
 # A decode shape's table has other columns:
 #   step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change
 # GB/s counts the bytes of K and V (2 x batch x heads_kv x seqlen_k x head_dim x 2), each
@@ -66,7 +68,7 @@ BEGIN {
     n_decode = split(decode, decode_specs, ";")
     for (i = 1; i <= n_decode; i++)
         if ((key = spec_key(decode_specs[i])) != "") is_decode[key] = 1
-    torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default"
+    torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default fa4"
     n_torch = split(torch_order, torch_names, " ")
     # The wgmma steps: one list, the Makefile's HOPPER_STEPS.
     if (wgmma_steps == "") {
@@ -94,7 +96,8 @@ NF >= 19 {
     key = shape_key($5, $6, $7, $8, $9, $10, $11, $4, kv_cols ? $(NF - 1) : 0, n_lens ? lo ".." hi : "")
     kv_keys[key] = n_lens ? keys_held : $5 * $9
     has_row[key, $1] = 1
-    is_bwd = $1 ~ /^torch_sdpa_[a-z]+_backward$/ || ($1 ~ /_backward$/ && (key, substr($1, 1, length($1) - 9)) in has_row)
+    is_bwd = $1 ~ /^(torch_sdpa_[a-z]+|fa4)_backward$/ || ($1 ~ /_backward$/ && (key, substr($1, 1, length($1) - 9)) in has_row)
+    if ($1 ~ /^fa4(_backward)?$/) has_fa4 = 1  # the tables gain a column "vs FA4"
     n_backward += is_bwd
     # the front table takes both: a backward row under its shape's key marked "B:"
     if (mode == "front") { if (is_bwd) key = "B:" key }
@@ -211,12 +214,13 @@ function text_format(widths, conv,    w, n, i, f) {
 }
 
 # One contender's row: its label (with its status unless it passed), its median time, the
-# table's numbers c1..c6 (as many as widths has columns after those two: five, or six in the
-# backward's table), (text: the rounds,) and its key change (markdown escapes bars).
-function print_row(key, s, widths, c1, c2, c3, c4, c5, c6,    label, kc, c, n, i, w, line) {
+# table's numbers c1..c7 (as many as widths has columns after those two: five, six in the
+# backward's table, one more with FA4's rows), (text: the rounds,) and its key change
+# (markdown escapes bars).
+function print_row(key, s, widths, c1, c2, c3, c4, c5, c6, c7,    label, kc, c, n, i, w, line) {
     label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
     kc = key_text[s]
-    c[1] = c1; c[2] = c2; c[3] = c3; c[4] = c4; c[5] = c5; c[6] = c6
+    c[1] = c1; c[2] = c2; c[3] = c3; c[4] = c4; c[5] = c5; c[6] = c6; c[7] = c7
     n = split(widths, w, " ") - 2
     if (mode == "markdown") {
         gsub(/\|/, "\\|", kc)
@@ -240,7 +244,7 @@ function print_header(key, md_head, text_head, note,    n, cells, rule, i) {
     printf "\n**%s**\n\n%s%s\n%s|\n", title(key), note == "" ? "" : note "\n\n", md_head, rule "---"
 }
 
-function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, parts, widths) {
+function print_table(key,    list, n, i, j, tmp, s, flash, dflt, fa4, dtype, tf, parts, widths) {
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
@@ -249,15 +253,25 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, dtype, tf, part
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash")
     dflt = tflops_of(key, "torch_sdpa_default")
-    widths = "-36 10 8 13 16 14 11"
-    print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
-                 sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
-                         "% of mma.sync", "% of wgmma", "rounds", "key change"))
+    fa4 = tflops_of(key, "fa4")
+    if (has_fa4) {
+        widths = "-36 10 8 13 16 8 14 11"
+        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | vs FA4 | % of mma.sync ceiling | % of wgmma ceiling | key change |",
+                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
+                             "vs FA4", "% of mma.sync", "% of wgmma", "rounds", "key change"))
+    } else {
+        widths = "-36 10 8 13 16 14 11"
+        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
+                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
+                             "% of mma.sync", "% of wgmma", "rounds", "key change"))
+    }
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
-        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt),
-                  ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
+        if (has_fa4) print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), fmt_ratio(tf, fa4),
+                               ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
+        else print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt),
+                       ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
     }
 }
 
@@ -300,18 +314,28 @@ function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, 
 # The backward's table: its TFLOP/s (2.5 forwards), against torch's backward per backend, and
 # the share of the ceiling of the instruction a row runs (ceiling_share: step 14 mma.sync's,
 # step 15 wgmma's, torch's rows both).
-function print_backward_table(key, list, n,    i, s, flash, cudnn, dflt, dtype, parts, tf, widths) {
+function print_backward_table(key, list, n,    i, s, flash, cudnn, dflt, fa4, dtype, parts, tf, widths) {
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash"); cudnn = tflops_of(key, "torch_sdpa_cudnn"); dflt = tflops_of(key, "torch_sdpa_default")
-    widths = "-36 10 8 13 9 16 14 11"
-    print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
-                 sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs cuDNN",
-                         "vs default SDPA", "% of mma.sync", "% of wgmma", "rounds", "key change"))
+    fa4 = tflops_of(key, "fa4")
+    if (has_fa4) {
+        widths = "-36 10 8 13 9 16 8 14 11"
+        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | vs FA4 | % of mma.sync ceiling | % of wgmma ceiling | key change |",
+                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs cuDNN",
+                             "vs default SDPA", "vs FA4", "% of mma.sync", "% of wgmma", "rounds", "key change"))
+    } else {
+        widths = "-36 10 8 13 9 16 14 11"
+        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
+                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs cuDNN",
+                             "vs default SDPA", "% of mma.sync", "% of wgmma", "rounds", "key change"))
+    }
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
-        print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt),
-                  ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
+        if (has_fa4) print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt),
+                               fmt_ratio(tf, fa4), ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
+        else print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt),
+                       ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
     }
 }
 

@@ -334,6 +334,22 @@ for row in "${want_rows[@]}"; do grep -qxF "$row" <<<"$out" || bwd_ok=0; done
 [ "$(grep -c '^| ' <<<"$out")" = 6 ] || bwd_ok=0  # the header, step 14 and four torch backends
 [ $bwd_ok = 1 ] && result PASS "table.awk backward=1: the backward's table (2.5 forwards, vs torch-FA2, cuDNN and default, % of each ceiling)" ||
   result FAIL "table.awk backward=1" "$out"
+# FlashAttention-4's rows (sdpa.py --backends fa4): the same CSV with fa4_backward at 0.125 ms
+# and an fa4 forward row: the backward's table gains "vs FA4" (step 14 at 0.25 ms: 0.50x),
+# FA4's own backward row 1.00x; the forward's table has its row, and no column for it without one.
+cp "$bwd_dir/compare-gpu-x-2026-11-25.csv" "$bwd_dir/fa4.csv"
+cat >>"$bwd_dir/fa4.csv" <<'CSV'
+fa4_backward,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.12500,0.12000,0.13000,171.80,1.000e-03,2.000e-03,nan,PASS,"FlashAttention-4 (pip flash-attn-4: flash_attn.cute.flash_attn_func), backward"
+fa4,GPU X,2026-11-25,fp16,2,8,8,1024,1024,128,0,0.02500,0.02400,0.02600,343.60,2.000e-04,1.000e-04,nan,PASS,"FlashAttention-4 (pip flash-attn-4: flash_attn.cute.flash_attn_func)"
+CSV
+out=$(awk -v mode=markdown -v backward=1 -v wgmma_steps="09 15" -f reference/table.awk "$bwd_dir/fa4.csv")
+fwd_out=$(awk -v mode=markdown -v wgmma_steps="09 15" -f reference/table.awk "$bwd_dir/fa4.csv")
+if grep -qxF "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | vs FA4 | % of mma.sync ceiling | % of wgmma ceiling | key change |" <<<"$out" &&
+   grep -qxF "| 14_backward | 0.2500 | 85.9 | 1.00x | 0.40x | 0.40x | 0.50x | - | - | the backward: dQ, dK, dV |" <<<"$out" &&
+   grep -qF "| fa4 | 0.1250 | 172 | 2.00x | 0.80x | 0.80x | 1.00x |" <<<"$out" &&
+   grep -qF "| fa4 | 0.0250 | 344 | - | - | 1.00x |" <<<"$fwd_out" && ! grep -q "vs FA4" <<<"$(awk -v mode=markdown -f reference/table.awk results/compare/compare-bench-nvidia-h200-2026-11-28.csv)"; then
+  result PASS "table.awk: FA4's rows add a column \"vs FA4\" to the forward and backward tables, and none where a CSV has none"
+else result FAIL "table.awk with FA4's rows" "$out"; fi
 # Without backward=1 the backward rows stay out, and so do the forward rows of the steps named
 # *_backward (their forward is another step's, with a row of its own). The CSV above with
 # step 07's forward row and step 15's forward and backward rows added: the forward table (text,
