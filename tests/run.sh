@@ -505,11 +505,13 @@ if python3 -c 'import torch' >/dev/null 2>&1; then
   run_program kvcache-cpu python3 tests/test_kvcache.py 00  # attention_with_kvcache: pages, lengths, bad input
   # the operators themselves: opcheck, fake kernels, a model compiled with fullgraph=True
   run_program torch-ops-cpu python3 tests/test_torch_ops.py --cpu
+  # ring attention's arithmetic (context parallelism) on one device: K/V in chunks, merged by LSE
+  run_program ring-cpu python3 tests/test_ring.py --cpu
   run_program sdpa-backward python3 tests/test_sdpa_backward.py
   # a small transformer trained through the binding with step 00's forward and backward,
   # against the same model on torch SDPA (python/train.py: 300 steps, two seeds, about a minute)
   run_program train-cpu python3 python/train.py --step 00 --device cpu
-else result SKIP "the torch operators on the CPU (step 00, a KV cache, opcheck, a fullgraph compile), sdpa.py's fp64 backward, the training run" "torch is not installed (pip install torch)"; fi
+else result SKIP "the torch operators on the CPU (step 00, a KV cache, opcheck, a fullgraph compile, the ring's LSE merge), sdpa.py's fp64 backward, the training run" "torch is not installed (pip install torch)"; fi
 if python3 -c 'import matplotlib, numpy' >/dev/null 2>&1; then
   # on the newest committed compare CSV, as make plots with no CSV
   if python3 plots/progression.py --out "$LOG/progression.png" >"$LOG/plot.log" 2>&1 && [ -s "$LOG/progression.png" ]; then
@@ -621,6 +623,9 @@ if [ ${#gpu_libs[@]} -gt 0 ] && nvidia-smi -L >/dev/null 2>&1; then
     # the operators on the GPU: opcheck, a fullgraph compile, a CUDA graph of decode (pages,
     # lengths), and SDPA's flash path through the steps inside a transformers Llama
     run_program torch-ops-gpu python3 tests/test_torch_ops.py --gpu
+    # ring attention's arithmetic on one GPU: steps 07/14 and the SDPA provider's pair over
+    # K/V chunks merged by LSE, forward and backward, against fp64 and one call
+    run_program ring-gpu python3 tests/test_ring.py --gpu
     # the training run with the backward step's forward and backward, on the GPU
     for id in "${ids[@]}"; do
       grep -q fa2_refuse_backward steps/"$id"_*/kernel.cu && continue
