@@ -1147,6 +1147,10 @@ int main(int argc, char **argv)
         run_case(steps, nsteps, &c);
         c = shape(1, 2, 2, 70001, 64, 64, 1, BF16); /* rows 0 .. 69936 see no key */
         run_case(steps, nsteps, &c);
+        /* causal d64 over more than 8192 keys, Nq < Nk, GQA 3: the persistent step's causal
+         * items of three consumers (192 rows), whose last item is partly past the rows */
+        c = shape(1, 6, 2, 3000, 9001, 64, 1, BF16);
+        run_case(steps, nsteps, &c);
     }
     /* K and V of 10 MB per head, five heads: together more than a 50 MB L2 holds; causal
      * with Nq < Nk, so every q tile sees 16,000 to 20,000 keys and a tile scheduler that

@@ -87,12 +87,15 @@ struct TileConfig {
     static_assert(CONSUMER_REGS <= 256 && (PRODUCER_REGS + CONSUMERS * CONSUMER_REGS) * WARPGROUP <= REGISTERS_PER_SM,
                   "setmaxnreg gives a thread at most 256 registers, and the warpgroups' budgets must fit the SM's");
 };
-// Two consumers everywhere, except d64 without a causal mask when there are more 128-row
-// work items than SMs: there a third consumer (FlashAttention-3's choice for d64) was
-// measured 5-15% faster on a kernel with step 11's loop and 1.07-1.17x on this step's previous
-// version, and with fewer items 0.87x the throughput (fewer, larger items leave SMs idle). With
-// a causal mask two consumers were as fast at B4 H16 N4096 and 1.14x faster at B16 H16 N1024;
-// see docs/measurements/10_warp_specialized.md and docs/measurements/12_persistent.md.
+// Two consumers everywhere, except at d64 when there are more 128-row work items than SMs
+// and, under a causal mask, at least CAUSAL_MANY_KEYS keys: there a third consumer
+// (FlashAttention-3's choice for d64) was measured 5-15% faster on a kernel with step 11's
+// loop and 1.07-1.17x on this step's previous version, and with fewer items 0.87x the
+// throughput (fewer, larger items leave SMs idle). Under the mask the 192-row items' key
+// loops are short at short sequences, and their diagonal tiles (masked, half wasted) a larger
+// share: two consumers were 1.26x faster at B16 H16 N1024, 1.02x at B4 H16 N4096; three were
+// 1.10x faster at B2 H16 N8192 and 1.15x at B1 H16 N16384; see
+// docs/measurements/10_warp_specialized.md and docs/measurements/12_persistent.md.
 using FewItemsConfig = TileConfig<8, 1, 128>;
 template <int D>
 using ManyItemsConfig = TileConfig<D == 64 ? 12 : 8, 1, 128>;
@@ -899,8 +902,13 @@ static long long work_items(const fa2_params *p, int block_m)
 }
 
 // A launch takes ManyItemsConfig when there are more 128-row work items than the GPU has
-// SMs and no causal mask (the two configurations differ at d64 only).
-static bool many_items(const fa2_params *p, int sm_count) { return !p->causal && work_items(p, FewItemsConfig::BLOCK_M) > sm_count; }
+// SMs and, under a causal mask, the keys reach CAUSAL_MANY_KEYS (the two configurations
+// differ at d64 only).
+constexpr int CAUSAL_MANY_KEYS = 8192;
+static bool many_items(const fa2_params *p, int sm_count)
+{
+    return (!p->causal || p->seqlen_k >= CAUSAL_MANY_KEYS) && work_items(p, FewItemsConfig::BLOCK_M) > sm_count;
+}
 
 // The shared memory a launch requests: that of the configuration it takes.
 template <int D>
@@ -1067,9 +1075,11 @@ extern "C" int fa2_config(const fa2_params *p, char *what, size_t what_len)
     const int consumers = many && p->head_dim == 64 ? ManyItemsConfig<64>::CONSUMERS : FewItemsConfig::CONSUMERS;
     const int config = consumers - 2, block_m = consumers * WG_M;
     const long long items = work_items(p, FewItemsConfig::BLOCK_M);
+    char mask[64] = "";
+    if (p->causal) snprintf(mask, sizeof mask, ", causal over %d keys %s %d", p->seqlen_k, p->seqlen_k >= CAUSAL_MANY_KEYS ? ">=" : "<", CAUSAL_MANY_KEYS);
     snprintf(what, what_len, "a producer and %d consumer warpgroups (%d query rows), %d keys per tile, %d stages, %d KB: %lld work items on at most %d blocks (%lld of 128 rows %s %d SMs%s)",
              consumers, block_m, FewItemsConfig::BLOCK_N, STAGES, fa2_config_smem(p, config) / 1024, work_items(p, block_m),
-             l.sm_count, items, items > l.sm_count ? ">" : "<=", l.sm_count, p->causal ? ", causal" : "");
+             l.sm_count, items, items > l.sm_count ? ">" : "<=", l.sm_count, mask);
     return config;
 }
 
