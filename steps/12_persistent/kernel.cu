@@ -42,9 +42,15 @@
  *    with no next item behind them a TMA store would only change who moves them. The
  *    copy clips the rows past seqlen_q (elements outside the tensor are not written),
  *    where step 11 tested each row.
- * 6. Under a causal mask three consumers at d64 lost to two (a 192-row tile wastes more of
- *    the key tiles that cross the diagonal): they are taken only without a causal mask
- *    (docs/measurements/12_persistent.md).
+ * 6. Under a causal mask three consumers at d64 lose to two at short sequences (a 192-row
+ *    item's key loop is short, and its diagonal tiles, half masked, a larger share of it)
+ *    and win from 8,192 keys: they are taken there (CAUSAL_MANY_KEYS).
+ * 7. A consumer none of whose 64 rows exists (a head's last q tile, seqlen_q not a multiple
+ *    of the item's rows) keeps the protocol, its turns and its stage releases, and skips
+ *    the products and the softmax; the consumer's index comes from a shuffle, so the
+ *    compiler knows it is the same in every lane of a warp and keeps the branch and the
+ *    descriptors uniform. At N1024 and N512 with 192-row items, 1/9 of the rows are padding
+ *    (docs/measurements/12_persistent.md has both A/Bs).
  */
 #include <cuda.h>          // CUtensorMap and its enums (types only: nothing links libcuda)
 #include <cudaTypedefs.h>  // PFN_cuTensorMapEncodeTiled, fetched at run time from the driver
@@ -646,7 +652,7 @@ __global__ void __launch_bounds__(C::THREADS, 1)
     // while one consumer is in its softmax the other's products run. Every consumer takes
     // n_blocks + 1 turns (S_0; S_n with P_{n-1} V_{n-1} for each later tile; P_last V_last);
     // the last consumer hands out the first turn before the loop and keeps its own last one.
-    const int consumer = warp / 4;
+    const int consumer = __shfl_sync(0xffffffffu, warp / 4, 0);  // uniform in the warp, as the compiler then knows
     auto turn_begin = [&] { named_barrier_sync(TURN + consumer, 2 * WARPGROUP); };
     auto turn_end = [&](const bool last) {
         if (!(last && consumer == CONSUMERS - 1)) named_barrier_arrive(TURN + (consumer + 1) % CONSUMERS, 2 * WARPGROUP);
@@ -819,7 +825,30 @@ __global__ void __launch_bounds__(C::THREADS, 1)
         first_masked = min(first_masked, w.n_blocks);
         mbarrier_wait(q_full, w.ordinal % 2);
         if (w.n_blocks == 0 && lane == 0) mbarrier_arrive(q_empty);  // a causal item that sees no key: its Q is not read
-        if (w.n_blocks > 0) {
+        // None of this consumer's 64 rows exists (a head's last q tile, seqlen_q not a multiple
+        // of BLOCK_M): it keeps the protocol (its turns, its stage releases) and skips the work.
+        const bool idle = w.m0 + consumer * WG_M >= p.seqlen_q;
+        if (idle && w.n_blocks > 0) {
+            if (consumer == CONSUMERS - 1) named_barrier_arrive(TURN, 2 * WARPGROUP);  // the first turn
+            mbarrier_wait(k_full + stage_of(0) * 8, parity_of(0));  // a release must not run ahead of its phase
+            turn_begin();
+            turn_end(false);
+            release_after_s(0);
+            for (int nb = 1; nb < w.n_blocks; nb++) {
+                mbarrier_wait(k_full + stage_of(nb) * 8, parity_of(nb));
+                mbarrier_wait(v_full + stage_of(nb - 1) * 8, parity_of(nb - 1));
+                turn_begin();
+                turn_end(false);
+                release_after_s(nb);
+                if (lane == 0) mbarrier_arrive(v_empty + stage_of(nb - 1) * 8);
+            }
+            const int last = w.n_blocks - 1;
+            mbarrier_wait(v_full + stage_of(last) * 8, parity_of(last));
+            turn_begin();
+            turn_end(true);
+            if (lane == 0) mbarrier_arrive(v_empty + stage_of(last) * 8);
+        }
+        if (!idle && w.n_blocks > 0) {
             if (consumer == CONSUMERS - 1) named_barrier_arrive(TURN, 2 * WARPGROUP);  // the first turn
             // The skew's prologue: S_0 alone in the first turn, and its softmax with nothing
             // under it. Masked whatever first_masked says (step 11, point 5); O is still zero,
@@ -836,9 +865,9 @@ __global__ void __launch_bounds__(C::THREADS, 1)
             softmax(0, std::true_type{});
             pack_p();
         }
-        for (int nb = 1; nb < first_masked; nb++) key_tile(nb, std::false_type{});
-        for (int nb = max(1, first_masked); nb < w.n_blocks; nb++) key_tile(nb, std::true_type{});
-        if (w.n_blocks > 0) {
+        for (int nb = 1; !idle && nb < first_masked; nb++) key_tile(nb, std::false_type{});
+        for (int nb = max(1, first_masked); !idle && nb < w.n_blocks; nb++) key_tile(nb, std::true_type{});
+        if (!idle && w.n_blocks > 0) {
             // The skew's epilogue: P_last V_last alone in the last turn.
             const int last = w.n_blocks - 1;
             mbarrier_wait(v_full + stage_of(last) * 8, parity_of(last));
