@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # reference/compare.sh - the engine of `make compare`: every step, the cuBLAS baseline,
 # torch SDPA's backends (when torch is installed) and FlashAttention-4 (when flash_attn.cute
-# imports: pip install flash-attn-4) on the same shapes, timed by the same rules, in rounds. A round runs every contender once at a shape; the order turns by one from round
-# to round (and torch's backends turn among themselves), so none always runs first or
-# last. The tables report, per contender and shape, the median over the rounds of each
-# round's median launch time: a ratio does not move with the order of the runs.
+# imports: pip install flash-attn-4) on the same shapes, timed by the same rules, in rounds.
+# A round runs every contender once at a shape; the order turns by one from round to round
+# (and torch's backends and FA4 turn among themselves), so none always runs first or last.
+# The tables report, per contender and shape, the median over the rounds of each round's
+# median launch time: a ratio does not move with the order of the runs.
 #
 # usage: bash reference/compare.sh [SET]   (default: $SHAPES, else seed)
 #   SET: seed, bench, sweep, decode, backward (reference/shapes.txt), all (bench and sweep), or
@@ -162,9 +163,9 @@ case $? in
   *) echo "compare: $PYTHON cannot import torch with CUDA: torch SDPA rows skipped (pip install torch to add them)" ;;
 esac
 torch_backends=(flash cudnn efficient math default)
-# FlashAttention-4 (pip install flash-attn-4) where it imports: one more of torch's
-# contenders, timed in the same process by the same rules (sdpa.py --backends fa4), at
-# every shape but the decode set's.
+# FlashAttention-4 (pip install flash-attn-4) where it imports: one more contender of the
+# torch process, timed by the same rules (sdpa.py --backends fa4), at every shape but the
+# decode set's.
 fa4_ok=0
 if [ $torch_ok = 1 ]; then
   if timeout 300 "$PYTHON" -c 'import flash_attn.cute' >/dev/null 2>&1; then

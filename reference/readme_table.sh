@@ -139,8 +139,8 @@ if [ $table = decode ]; then command='make compare SHAPES=decode'
 elif [ $table = backward ]; then command='make compare SHAPES=backward'
 elif [ $table = fa4 ]; then
   # the steps each run timed (compare.sh's STEPS), from the rows: the forward's, the backward's
-  steps_of() { awk -F, -v bwd="$1" 'FNR > 1 && $1 ~ /^[0-9][0-9]_/ && ($1 ~ /_backward$/) == bwd { id[substr($1, 1, 2)] = 1 }
-                   END { n = 0; for (i in id) s = s (n++ ? "," : "") i; print s }' "$csv"; }
+  steps_of() { awk -F, -v bwd="$1" 'FNR > 1 && $1 ~ /^[0-9][0-9]_/ && ($1 ~ /_backward$/) == bwd { print substr($1, 1, 2) }' "$csv" |
+                 sort -u | paste -sd, -; }
   command="STEPS=$(steps_of 0) make compare SHAPES=bench\` and \`STEPS=$(steps_of 1) make compare SHAPES=backward"
 elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
 # (a KV cache's rows, page_size and seqlens_k after the quoted key change, are shapes of their own)
