@@ -53,6 +53,9 @@ def parse_args():
     if not (a.check or a.bench):
         ap.error("nothing to do (allowed: --check, --bench or both)")
     a.seqlens = [int(s) for s in a.seqlens.split(",")]
+    for name in ("steps", "layers"):
+        if getattr(a, name) < 1:
+            ap.error(f"--{name} {getattr(a, name)} is not allowed (allowed: >= 1)")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     for n in [a.check_seqlen] + a.seqlens:
         if n < 1 or n % (2 * world):
