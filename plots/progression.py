@@ -31,10 +31,11 @@ def parse_args():
             ap.error(f"--shape '{a.shape}' is not allowed "
                      "(allowed: seven integers batch,heads_q,heads_kv,seqlen_q,seqlen_k,head_dim,causal)")
         a.shape = (a.dtype, b, h, hkv, nq, nk, d, causal)
-    # with no CSV given, the newest committed one with GPU steps' rows at the shape
+    # with no CSV given, the newest committed one with two or more GPU steps' rows at the shape
+    # (a progression: a run of one step, as a STEPS=12 comparison against FA4, is not one)
     a.csv = a.csv or csvdata.newest_committed_csv(
-        lambda path: any(csvdata.shape_of(r) == a.shape and csvdata.is_step(r["step"]) and r["device"] != "CPU"
-                         for r in csvdata.read_rows(path)))
+        lambda path: len({r["step"] for r in csvdata.read_rows(path) if csvdata.shape_of(r) == a.shape
+                          and csvdata.is_step(r["step"]) and r["device"] != "CPU"}) >= 2)
     return a
 
 
