@@ -8,8 +8,8 @@
  * and a tie goes to the lower block. The grid is min(items, SMs) blocks. An item's key tiles
  * are n_blocks = ceil(key_end / BLOCK_N), key_end = min(seqlen_k, m0 + BLOCK_M + seqlen_k -
  * seqlen_q) under the mask. The configuration is the kernel's: 2 consumers (BLOCK_M = 128)
- * except d64 without a mask when there are more 128-row items than SMs (3 consumers, BLOCK_M
- * = 192); BLOCK_N = 128. --format csv writes the assignment for the figures
+ * except d64 when there are more 128-row items than SMs, under the mask only from
+ * CAUSAL_MANY_KEYS keys (3 consumers, BLOCK_M = 192); BLOCK_N = 128. --format csv writes the assignment for the figures
  * (figures/persistent_schedule.py). The text output ends with the balance against step 11's
  * grid: the same q tiles, one block each, which an SM takes as its last block ends. */
 #include "tool.h"
@@ -34,9 +34,10 @@ static const char usage[] =
     "           orders end within list scheduling's bounds\n";
 
 enum { WG_M = 64, BLOCK_N = 128, MAX_ITEMS = 1 << 16, MAX_SMS = 1024 };
-/* ORDER_PAIRS: the kernel's section of (batch, head) pairs under the mask; ITEM_COST: the
+/* ORDER_PAIRS: the kernel's section of (batch, head) pairs under the mask; CAUSAL_MANY_KEYS:
+ * the keys from which the kernel takes 3 consumers at d64 under the mask; ITEM_COST: the
  * model's cost of an item around its key tiles */
-enum { ORDER_PAIRS = 4, ITEM_COST = 1 };
+enum { ORDER_PAIRS = 4, CAUSAL_MANY_KEYS = 8192, ITEM_COST = 1 };
 
 typedef struct {
     int batch, heads, seqlen, dim, causal, sms;
@@ -52,11 +53,12 @@ typedef struct {
     item items[MAX_ITEMS];      /* in the list's order */
 } schedule;
 
-/* many_items(): !causal && 128-row items > SMs; then d64 has 3 consumers (ManyItemsConfig) */
+/* many_items(): (!causal || seqlen_k >= CAUSAL_MANY_KEYS) && 128-row items > SMs; then d64 has
+ * 3 consumers (ManyItemsConfig) */
 static int consumers_of(const shape *s)
 {
     long items128 = (long)((s->seqlen + 2 * WG_M - 1) / (2 * WG_M)) * s->heads * s->batch;
-    return !s->causal && items128 > s->sms && s->dim == 64 ? 3 : 2;
+    return (!s->causal || s->seqlen >= CAUSAL_MANY_KEYS) && items128 > s->sms && s->dim == 64 ? 3 : 2;
 }
 
 /* the WorkItem's n_blocks, as TileScheduler::locate computes it (seqlen_q = seqlen_k here: shift 0) */

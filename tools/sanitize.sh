@@ -14,7 +14,8 @@ fi
 # small (a grid smaller than the GPU); tails, causal, GQA, Nq < Nk; causal Nq > Nk (blocks
 # whose rows see no key); grids larger than the GPU (a step may choose another tile
 # configuration for them) at d128 with peaky inputs (the lazy O rescale runs), at d64
-# causal with Nq > Nk, and at d64 without a mask (step 12 takes its third consumer only there);
+# causal with Nq > Nk, and at d64 without a mask (step 12 takes its third consumer there, and
+# under a mask from 8192 keys: its own shape below);
 # decode, 3 query rows of a GQA group against 3000 keys (the split-KV step splits and merges);
 # and for a step that takes a KV cache, decode in pages (below)
 shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
