@@ -35,6 +35,7 @@ FIGURES = {
     "backward_blocks": ("figures/backward_blocks.py", ["build/scratch/backward_blocks", "--batch", "1", "--heads", "2", "--kv-heads", "1", "--seqlen-q", "400", "--seqlen-k", "300", "--dim", "128", "--block-keys", "64", "--causal", "1", "--format", "csv"]),
     "stmatrix_ds": ("figures/stmatrix_ds.py", ["build/scratch/backward_wgmma", "--format", "stmatrix"]),
     "tile_residency": ("figures/tile_residency.py", ["build/scratch/tiling", "--format", "residency", "--dim", "128"]),
+    "ring_schedule": ("figures/ring_schedule.py", ["build/scratch/ring_schedule", "--gpus", "4", "--causal", "1", "--format", "csv"]),
 }
 OUT = pathlib.Path("docs/figures")
 MANIFEST = OUT / "MANIFEST"

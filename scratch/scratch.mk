@@ -19,7 +19,7 @@ GENCODE_HOPPER ?= -gencode arch=compute_90a,code=sm_90a
 # Makefile's GENCODE_TMA adds any newer ARCH).
 GENCODE_TMA ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_90,code=compute_90
 
-SCRATCH_NAMES        := mma_fragments wgmma_fragments ldmatrix swizzle bank_conflicts copy_layout quad_shuffle tiling ws_schedule persistent_schedule split_kv backward_blocks backward_wgmma
+SCRATCH_NAMES        := mma_fragments wgmma_fragments ldmatrix swizzle bank_conflicts copy_layout quad_shuffle tiling ws_schedule persistent_schedule split_kv backward_blocks backward_wgmma ring_schedule
 SCRATCH_PROGRAMS     := $(SCRATCH_NAMES:%=$(BUILD)/scratch/%)
 SCRATCH_VERIFY       := $(BUILD)/scratch/verify
 SCRATCH_VERIFY_WGMMA := $(BUILD)/scratch/verify_wgmma
