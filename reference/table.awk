@@ -70,6 +70,7 @@ BEGIN {
         if ((key = spec_key(decode_specs[i])) != "") is_decode[key] = 1
     torch_order = "torch_sdpa_flash torch_sdpa_cudnn torch_sdpa_efficient torch_sdpa_math torch_sdpa_default fa4"
     n_torch = split(torch_order, torch_names, " ")
+    LABEL_COLS = "-36|step|step;10|time (ms)|time (ms)"
     # The wgmma steps: one list, the Makefile's HOPPER_STEPS.
     if (wgmma_steps == "") {
         cmd = "make -s --no-print-directory hopper-steps 2>/dev/null"
@@ -205,46 +206,50 @@ function title(key,    parts, n, f, dtype, seqlen, kv, i) {
            (f[7] == 1 ? "causal" : "non-causal") kv
 }
 
-# The text table's format: the label and the time, then five numbers, padded to `widths`
-# (printf widths, one per column), the rounds (conv "d"; "s" for the header) and the key change.
-function text_format(widths, conv,    w, n, i, f) {
-    n = split(widths, w, " ")
-    for (i = 1; i <= n; i++) f = f (i > 1 ? " " : "") "%" w[i] "s"
-    return f " %7" conv "  %s"
-}
+# A table's columns: "width|markdown header|text header" entries joined by ";" (the width
+# printf's, for the text table), the step's label and time first (LABEL_COLS, set in BEGIN).
+# The rounds (text) and the key change follow every table's numbers.
+# FA4's column (a CSV with its rows), and a row's cell in it, after the torch ratios.
+function fa4_col() { return has_fa4 ? ";8|vs FA4|vs FA4" : "" }
+function fa4_cell(rate, fa4) { return has_fa4 ? ";" fmt_ratio(rate, fa4) : "" }
 
 # One contender's row: its label (with its status unless it passed), its median time, the
-# table's numbers c1..c7 (as many as widths has columns after those two: five, six in the
-# backward's table, one more with FA4's rows), (text: the rounds,) and its key change
-# (markdown escapes bars).
-function print_row(key, s, widths, c1, c2, c3, c4, c5, c6, c7,    label, kc, c, n, i, w, line) {
+# table's numbers (cells, joined by ";", one per column after those two), (text: the rounds,)
+# and its key change (markdown escapes bars).
+function print_row(key, s, cols, cells,    label, kc, c, col, f, n, i, line) {
     label = s (status[key, s] == "PASS" ? "" : " [" status[key, s] "]")
     kc = key_text[s]
-    c[1] = c1; c[2] = c2; c[3] = c3; c[4] = c4; c[5] = c5; c[6] = c6; c[7] = c7
-    n = split(widths, w, " ") - 2
+    n = split(cells, c, ";")
+    split(cols, col, ";")
     if (mode == "markdown") {
         gsub(/\|/, "\\|", kc)
         line = "| " label " | " fmt_ms(median_ms(key, s)) " |"
         for (i = 1; i <= n; i++) line = line " " c[i] " |"
         print line " " kc " |"
     } else {
-        line = sprintf("%" w[1] "s %" w[2] "s", label, fmt_ms(median_ms(key, s)))
-        for (i = 1; i <= n; i++) line = line sprintf(" %" w[i + 2] "s", c[i])
+        split(col[1], f, "|"); line = sprintf("%" f[1] "s", label)
+        split(col[2], f, "|"); line = line sprintf(" %" f[1] "s", fmt_ms(median_ms(key, s)))
+        for (i = 1; i <= n; i++) { split(col[i + 2], f, "|"); line = line sprintf(" %" f[1] "s", c[i]) }
         print line sprintf(" %7d  %s", n_rounds[key, s], kc)
     }
 }
 
 # A shape's title, a note under it if any, and its table's header: the markdown header (its
 # rule has one right-aligned column per number between the first and the last) or the text one.
-function print_header(key, md_head, text_head, note,    n, cells, rule, i) {
-    if (mode != "markdown") { printf "\n== %s\n%s%s\n", title(key), note == "" ? "" : note "\n", text_head; return }
-    n = split(md_head, cells, "|") - 2  # the cells between the outer bars
-    rule = "|---|"
-    for (i = 2; i < n; i++) rule = rule "---:|"
-    printf "\n**%s**\n\n%s%s\n%s|\n", title(key), note == "" ? "" : note "\n\n", md_head, rule "---"
+function print_header(key, cols, note,    col, f, n, i, md, rule, text) {
+    n = split(cols, col, ";")
+    md = "|"; rule = "|---|"
+    for (i = 1; i <= n; i++) {
+        split(col[i], f, "|")
+        md = md " " f[2] " |"
+        if (i > 1) rule = rule "---:|"
+        text = text (i > 1 ? " " : "") sprintf("%" f[1] "s", f[3])
+    }
+    if (mode != "markdown") { printf "\n== %s\n%s%s\n", title(key), note == "" ? "" : note "\n", text sprintf(" %7s  %s", "rounds", "key change"); return }
+    printf "\n**%s**\n\n%s%s key change |\n%s---|\n", title(key), note == "" ? "" : note "\n\n", md, rule
 }
 
-function print_table(key,    list, n, i, j, tmp, s, flash, dflt, fa4, dtype, tf, parts, widths) {
+function print_table(key,    list, n, i, j, tmp, s, flash, dflt, fa4, dtype, tf, parts, cols) {
     n = split(steps_of[key], list, " ")
     for (i = 2; i <= n; i++)  # insertion sort by rank: a handful of rows
         for (j = i; j > 1 && rank(list[j - 1]) > rank(list[j]); j--) { tmp = list[j]; list[j] = list[j - 1]; list[j - 1] = tmp }
@@ -254,24 +259,14 @@ function print_table(key,    list, n, i, j, tmp, s, flash, dflt, fa4, dtype, tf,
     flash = tflops_of(key, "torch_sdpa_flash")
     dflt = tflops_of(key, "torch_sdpa_default")
     fa4 = tflops_of(key, "fa4")
-    if (has_fa4) {
-        widths = "-36 10 8 13 16 8 14 11"
-        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | vs FA4 | % of mma.sync ceiling | % of wgmma ceiling | key change |",
-                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
-                             "vs FA4", "% of mma.sync", "% of wgmma", "rounds", "key change"))
-    } else {
-        widths = "-36 10 8 13 16 14 11"
-        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
-                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs default SDPA",
-                             "% of mma.sync", "% of wgmma", "rounds", "key change"))
-    }
+    cols = LABEL_COLS ";8|TFLOP/s|TFLOP/s;13|vs torch-FA2|vs torch-FA2;16|vs default SDPA|vs default SDPA" fa4_col() \
+           ";14|% of mma.sync ceiling|% of mma.sync;11|% of wgmma ceiling|% of wgmma"
+    print_header(key, cols)
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
-        if (has_fa4) print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt), fmt_ratio(tf, fa4),
-                               ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
-        else print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, dflt),
-                       ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
+        print_row(key, s, cols, fmt_tflops(tf) ";" fmt_ratio(tf, flash) ";" fmt_ratio(tf, dflt) fa4_cell(tf, fa4) ";" \
+                                ceiling_share(key, s, tf, dtype, 0) ";" ceiling_share(key, s, tf, dtype, 1))
     }
 }
 
@@ -289,7 +284,7 @@ function ceiling_share(key, s, tf, dtype, wgmma,    top) {
 
 # The decode table: bytes, not flops, are the work. A KV cache's table takes its torch ratios
 # from the contiguous cache's rows (paged: the same bytes) or has none (per-sequence lengths).
-function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, widths, base, note) {
+function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, cols, base, note) {
     base = key
     if (key ~ /\|lens=/) {
         base = ""
@@ -299,43 +294,32 @@ function print_decode_table(key, list, n,    i, s, flash, cudnn, dflt, gb, pct, 
         note = "Torch ratios against torch SDPA on the contiguous cache of the same shape (the same bytes; torch SDPA has no paged input)."
     }
     flash = gbps_of(base, "torch_sdpa_flash"); cudnn = gbps_of(base, "torch_sdpa_cudnn"); dflt = gbps_of(base, "torch_sdpa_default")
-    widths = "-36 10 8 15 13 9 16"
-    print_header(key, "| step | time (ms) | GB/s | % of bandwidth | vs torch-FA2 | vs cuDNN | vs default SDPA | key change |",
-                 sprintf(text_format(widths, "s"), "step", "time (ms)", "GB/s", "% of bandwidth", "vs torch-FA2",
-                         "vs cuDNN", "vs default SDPA", "rounds", "key change"), note)
+    cols = LABEL_COLS ";8|GB/s|GB/s;15|% of bandwidth|% of bandwidth;13|vs torch-FA2|vs torch-FA2;9|vs cuDNN|vs cuDNN" \
+           ";16|vs default SDPA|vs default SDPA"
+    print_header(key, cols, note)
     for (i = 1; i <= n; i++) {
         s = list[i]
         gb = gbps_of(key, s)
         pct = gb != "" && bandwidth > 0 && device[key, s] != "CPU" ? sprintf("%.1f%%", 100 * gb / bandwidth) : "-"
-        print_row(key, s, widths, fmt_tflops(gb), pct, fmt_ratio(gb, flash), fmt_ratio(gb, cudnn), fmt_ratio(gb, dflt))
+        print_row(key, s, cols, fmt_tflops(gb) ";" pct ";" fmt_ratio(gb, flash) ";" fmt_ratio(gb, cudnn) ";" fmt_ratio(gb, dflt))
     }
 }
 
 # The backward's table: its TFLOP/s (2.5 forwards), against torch's backward per backend, and
 # the share of the ceiling of the instruction a row runs (ceiling_share: step 14 mma.sync's,
 # step 15 wgmma's, torch's rows both).
-function print_backward_table(key, list, n,    i, s, flash, cudnn, dflt, fa4, dtype, parts, tf, widths) {
+function print_backward_table(key, list, n,    i, s, flash, cudnn, dflt, fa4, dtype, parts, tf, cols) {
     split(key, parts, "|"); dtype = parts[1]
     flash = tflops_of(key, "torch_sdpa_flash"); cudnn = tflops_of(key, "torch_sdpa_cudnn"); dflt = tflops_of(key, "torch_sdpa_default")
     fa4 = tflops_of(key, "fa4")
-    if (has_fa4) {
-        widths = "-36 10 8 13 9 16 8 14 11"
-        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | vs FA4 | % of mma.sync ceiling | % of wgmma ceiling | key change |",
-                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs cuDNN",
-                             "vs default SDPA", "vs FA4", "% of mma.sync", "% of wgmma", "rounds", "key change"))
-    } else {
-        widths = "-36 10 8 13 9 16 14 11"
-        print_header(key, "| step | time (ms) | TFLOP/s | vs torch-FA2 | vs cuDNN | vs default SDPA | % of mma.sync ceiling | % of wgmma ceiling | key change |",
-                     sprintf(text_format(widths, "s"), "step", "time (ms)", "TFLOP/s", "vs torch-FA2", "vs cuDNN",
-                             "vs default SDPA", "% of mma.sync", "% of wgmma", "rounds", "key change"))
-    }
+    cols = LABEL_COLS ";8|TFLOP/s|TFLOP/s;13|vs torch-FA2|vs torch-FA2;9|vs cuDNN|vs cuDNN;16|vs default SDPA|vs default SDPA" \
+           fa4_col() ";14|% of mma.sync ceiling|% of mma.sync;11|% of wgmma ceiling|% of wgmma"
+    print_header(key, cols)
     for (i = 1; i <= n; i++) {
         s = list[i]
         tf = tflops_of(key, s)
-        if (has_fa4) print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt),
-                               fmt_ratio(tf, fa4), ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
-        else print_row(key, s, widths, fmt_tflops(tf), fmt_ratio(tf, flash), fmt_ratio(tf, cudnn), fmt_ratio(tf, dflt),
-                       ceiling_share(key, s, tf, dtype, 0), ceiling_share(key, s, tf, dtype, 1))
+        print_row(key, s, cols, fmt_tflops(tf) ";" fmt_ratio(tf, flash) ";" fmt_ratio(tf, cudnn) ";" fmt_ratio(tf, dflt) \
+                                fa4_cell(tf, fa4) ";" ceiling_share(key, s, tf, dtype, 0) ";" ceiling_share(key, s, tf, dtype, 1))
     }
 }
 
