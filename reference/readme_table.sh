@@ -55,6 +55,16 @@ dates=$(awk -F, 'FNR > 1 { if (f == "" || $3 < f) f = $3; if ($3 > l) l = $3 } E
 # The steps that run wgmma, the Makefile's one list (table.awk holds them to wgmma's ceiling,
 # every other GPU step to mma.sync's).
 wgmma_steps=$(make -s --no-print-directory hopper-steps 2>/dev/null || true)
+# A probe's fp16 TFLOP/s in the ceiling CSV, rounded ("" without it); the streaming-read GB/s in
+# the bandwidth CSV; the rounds, the most rows one GPU contender has at one shape (a KV cache's
+# rows, page_size and seqlens_k after the quoted key change, are shapes of their own).
+ceiling_of() { awk -F, -v probe="$1" '$1 == probe && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv" 2>/dev/null || true; }
+bandwidth_of() { awk -F, '$1 == "stream_read" { g = $4 } END { print g }' "$bandwidth_csv" 2>/dev/null || true; }
+rounds_of() {
+  awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { kv = NF >= 22 && $NF !~ /"$/ ? "," $(NF - 1) "," $NF : ""
+                                                           n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 kv]++ }
+           END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv"
+}
 
 need_markers() { # need_markers MARKER: the page holds its begin and end lines, once each
   begin="<!-- $1:begin -->" end="<!-- $1:end -->"
@@ -94,11 +104,7 @@ if [ $summary = 1 ]; then
   decode=$(shapes_of summary | awk '$4 == 1' | head -n 1)
   bwd=$(shapes_of backward | head -n 1)
   label() { awk '{ printf "%s B%s H%s%s N%s%s d%s%s", $8, $1, $2, ($3 != $2 ? " Hkv" $3 : ""), ($4 == $5 ? $4 : "q" $4 " Nk" $5), "", $6, ($7 == 1 ? " causal" : "") }' <<<"$1"; }
-  gbps=$(awk -F, '$1 == "stream_read" { g = $4 } END { print g }' "$bandwidth_csv" 2>/dev/null)
-  mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv" 2>/dev/null)
-  wgmma=$(awk -F, '$1 == "wgmma_m64n256k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv" 2>/dev/null)
-  rounds=$(awk -F, 'FNR > 1 && $19 != "UNSUPPORTED" { n[$1 "," $4 "," $5 "," $6 "," $8 "," $9 "," $10 "," $11]++ }
-                    END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
+  gbps=$(bandwidth_of) mma=$(ceiling_of mma_sync_m16n8k16) wgmma=$(ceiling_of wgmma_m64n256k16) rounds=$(rounds_of)
   {
     echo "<!-- written by reference/readme_table.sh from $csv: edit that, not this -->"
     echo "Measured on **$gpu**, $dates, with \`make compare SHAPES=summary\` in $rounds rounds: each time the median over"
@@ -132,7 +138,6 @@ has_rows_of decode seed && table=decode
 [ "$(awk -v mode=count_backward -f reference/table.awk "$csv")" -gt 0 ] && table=backward
 grep -qE '^fa4(_backward)?,' "$csv" && table=fa4
 shapes=$(shapes_of "$(case $table in compare|fa4) echo bench ;; *) echo $table ;; esac)")
-rows_csv=$csv
 need_markers "$table-table"
 command='make compare'
 if [ $table = decode ]; then command='make compare SHAPES=decode'
@@ -143,18 +148,14 @@ elif [ $table = fa4 ]; then
                  sort -u | paste -sd, -; }
   command="STEPS=$(steps_of 0) make compare SHAPES=bench\` and \`STEPS=$(steps_of 1) make compare SHAPES=backward"
 elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
-# (a KV cache's rows, page_size and seqlens_k after the quoted key change, are shapes of their own)
-rounds=$(awk -F, 'FNR > 1 && $2 != "CPU" && $19 != "UNSUPPORTED" { kv = NF >= 22 && $NF !~ /"$/ ? "," $(NF - 1) "," $NF : ""
-                                                                  n[$1 "," $4 "," $5 "," $6 "," $7 "," $8 "," $9 "," $10 "," $11 kv]++ }
-                  END { for (k in n) if (n[k] > m) m = n[k]; print m + 0 }' "$csv")
+rounds=$(rounds_of)
 [ $table = decode ] && [ -f "$bandwidth_csv" ] || bandwidth_csv=""
 ceiling_note=""
 if [ $table = decode ]; then
-  gbps=$(awk -F, '$1 == "stream_read" { g = $4 } END { print g }' "${bandwidth_csv:-/dev/null}")
+  gbps=$(bandwidth_of)
   [ -n "$gbps" ] && ceiling_note="; streaming-read bandwidth $gbps GB/s from \`$bandwidth_csv\`"
 elif [ -f "$ceiling_csv" ]; then
-  mma=$(awk -F, '$1 == "mma_sync_m16n8k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
-  wgmma=$(awk -F, '$1 == "wgmma_m64n256k16" && $4 == "fp16" { t = $5 } END { if (t != "") printf "%.0f", t }' "$ceiling_csv")
+  mma=$(ceiling_of mma_sync_m16n8k16) wgmma=$(ceiling_of wgmma_m64n256k16)
   [ -n "$mma" ] && ceiling_note="; mma.sync m16n8k16 ceiling (fp16) $mma TFLOP/s"
   [ -n "$wgmma" ] && ceiling_note="$ceiling_note, wgmma m64n256k16 ceiling (fp16) $wgmma TFLOP/s"
   [ -n "$ceiling_note" ] && ceiling_note="$ceiling_note from \`$ceiling_csv\`"
@@ -179,23 +180,23 @@ trap 'rm -f "$block" "$block.readme"' EXIT
   if [ $table = fa4 ]; then
     echo "The forward at the bench shapes the run reached:"
     awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
-        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$rows_csv"
+        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$csv"
     echo
     echo "The backward at the backward shapes it reached (the backward's alone; TFLOP/s count 2.5 forwards):"
     awk -v mode=markdown -v backward=1 -v ceiling_csv="$ceiling_csv" -v shapes="$(shapes_of backward | tr '\n' ';')" \
-        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$rows_csv"
+        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$csv"
   elif [ $table = backward ]; then
     echo "The times are the backward's alone (dQ, dK, dV from Q, K, V, O, LSE and dO; torch's: autograd.grad of a forward run"
     echo "before the timing), against torch's backward per backend; TFLOP/s count 2.5 forwards, as FA2 and FA3 count a backward."
     awk -v mode=markdown -v backward=1 -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
-        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$rows_csv"
+        -v wgmma_steps="$wgmma_steps" -f reference/table.awk "$csv"
   elif [ $table = decode ]; then
     awk -v mode=markdown -v bandwidth_csv="$bandwidth_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
-        -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$rows_csv"
+        -v decode="$(shapes_of decode | tr '\n' ';')" -f reference/table.awk "$csv"
   else
     awk -v mode=markdown -v ceiling_csv="$ceiling_csv" -v shapes="$(echo "$shapes" | tr '\n' ';')" \
         -v sweep="$(shapes_of sweep | tr '\n' ';')" -v wgmma_steps="$wgmma_steps" \
-        -f reference/table.awk "$rows_csv"
+        -f reference/table.awk "$csv"
   fi
 } >"$block"
 splice "$block"
