@@ -40,6 +40,7 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import fa2  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+from shapes import read_shapes  # noqa: E402
 
 rows = []
 
@@ -178,17 +179,6 @@ def harness_backward_ms(step, shape, iters):
         return float(last["ms_median"])
 
 
-def backward_shapes():
-    shapes = []
-    with open(os.path.join(ROOT, "reference", "shapes.txt")) as f:
-        for line in f:
-            fields = line.split("#")[0].split()
-            if fields and fields[0] == "backward":
-                b, h, hkv, nq, nk, d, causal = (int(x) for x in fields[1:8])
-                shapes.append((b, h, hkv, nq, nk, d, bool(causal), fields[8]))
-    return shapes
-
-
 def gpu_ms(fn, iters):
     """Median GPU milliseconds of fn() over `iters` calls issued back to back (an event pair each,
     one synchronisation at the end), after 5 untimed calls."""
@@ -222,7 +212,7 @@ def autograd_backward_ms(args, shape):
 
 def backward(args):
     print(f"\n== the backward: through autograd (step {args.backward_step}) against the harness's own time")
-    for shape in backward_shapes():
+    for shape in ((*shape[:6], bool(shape[6]), shape[7]) for shape in read_shapes("backward")):
         b, h, hkv, nq, nk, d, causal, dtype = shape
         case = f"B{b} H{h}/{hkv} N{nq} d{d} {'causal' if causal else 'non-causal'} {dtype}"
         ours, direct, harness = [], [], []
