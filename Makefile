@@ -69,7 +69,7 @@ help:
 	@echo "make step=NN profile [ARGS=] [KERNELS=2] [SKIP=3]  Nsight Compute on one launch (or the first N kernels; SKIP: after 3 calls): tensor pipe, issue, stalls, bank conflicts"
 	@echo "make step=NN sanitize         compute-sanitizer memcheck, racecheck, synccheck, initcheck"
 	@echo "make step=NN variant NAME=X [DEFINES=-D...] [SRC=FILE]  a rebuilt copy in build/variants/X (sweeps, tests)"
-	@echo "make compare [SHAPES=all] [ROUNDS=3] [STEPS=\"11 12\"]  the steps (or those named), the cuBLAS baseline, torch SDPA and FA4 (if installed) in rounds: the tables"
+	@echo "make compare [SHAPES=all] [ROUNDS=3] [STEPS=\"11 12\"] [BACKENDS=\"flash cudnn fa4\"]  the steps (or those named), the cuBLAS baseline, torch SDPA's backends and FA4 (if installed; or those named) in rounds: the tables"
 	@echo "                              (SHAPES=seed, bench, sweep, decode, backward or all; the backward steps 14 and 15"
 	@echo "                              only in SHAPES=backward, against torch's backward per backend)"
 	@echo "make plots [CSV=...]          PNGs from a compare CSV (default: the newest committed one; matplotlib)"
@@ -182,9 +182,10 @@ include reference/reference.mk
 SHAPES ?= seed
 ROUNDS ?= 3
 STEPS ?=
+BACKENDS ?=
 .PHONY: compare plots figures
 compare: all
-	@ROUNDS=$(ROUNDS) STEPS="$(STEPS)" bash reference/compare.sh $(SHAPES)
+	@ROUNDS=$(ROUNDS) STEPS="$(STEPS)" BACKENDS="$(BACKENDS)" bash reference/compare.sh $(SHAPES)
 
 # matplotlib from the system if it imports, else from a local venv made once
 PLOT_PYTHON := $(shell $(PYTHON) -c 'import matplotlib, numpy' >/dev/null 2>&1 && echo $(PYTHON) || echo .venv/bin/python)

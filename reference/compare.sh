@@ -36,6 +36,9 @@
 #   STEPS (default: every step the set runs) the steps to time, by number ("11 12" or 11,12):
 #   the others are left out, the cuBLAS baseline and torch stay (a step and its neighbour, or
 #   a changed step against torch, in minutes where every step takes a quarter of an hour).
+#   BACKENDS (default: flash cudnn efficient math default, and fa4 where it imports) the torch
+#   backends and FA4 to time, by name ("flash cudnn fa4" or flash,cudnn,fa4): math and
+#   efficient take most of a large backward run's time and neither is a target.
 # Needs the binaries built (make all). Writes a new pair of files per run:
 #   results/compare-<gpu>-<date>[-N].csv   one row per contender, shape and round (the
 #                                          harness's columns, page_size and seqlens_k last);
@@ -69,6 +72,18 @@ for id in ${STEPS//,/ }; do
     echo "error: compare.sh: STEPS='$STEPS' is not allowed (allowed: step numbers of steps/, two digits each, as \"11 12\")" >&2; exit 2
   fi
   [[ $step_ids == *" $id "* ]] || step_ids+="$id "
+done
+all_backends=(flash cudnn efficient math default fa4)
+BACKENDS=${BACKENDS:-${all_backends[*]}}
+torch_backends=()  # the torch backends BACKENDS names, in the order of all_backends; fa4 apart
+want_fa4=0
+for name in ${BACKENDS//,/ }; do
+  [[ " ${all_backends[*]} " == *" $name "* ]] ||
+    { echo "error: compare.sh: BACKENDS='$BACKENDS' is not allowed (allowed: names among ${all_backends[*]})" >&2; exit 2; }
+done
+for name in "${all_backends[@]}"; do
+  [[ " ${BACKENDS//,/ } " == *" $name "* ]] || continue
+  if [ "$name" = fa4 ]; then want_fa4=1; else torch_backends+=("$name"); fi
 done
 # Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype[ options]", each once.
 # shellcheck source=reference/shapes.sh
@@ -162,12 +177,11 @@ case $? in
   124) echo "compare: $PYTHON took more than 300 s to import torch and open the GPU: torch SDPA rows skipped" ;;
   *) echo "compare: $PYTHON cannot import torch with CUDA: torch SDPA rows skipped (pip install torch to add them)" ;;
 esac
-torch_backends=(flash cudnn efficient math default)
 # FlashAttention-4 (pip install flash-attn-4) where it imports: one more contender of the
 # torch process, timed by the same rules (sdpa.py --backends fa4), at every shape but the
 # decode set's.
 fa4_ok=0
-if [ $torch_ok = 1 ]; then
+if [ $torch_ok = 1 ] && [ $want_fa4 = 1 ]; then
   if timeout 300 "$PYTHON" -c 'import flash_attn.cute' >/dev/null 2>&1; then
     fa4_ok=1
     echo "== FlashAttention-4 (flash_attn.cute) imports: a contender at every shape but the decode set's"
@@ -234,6 +248,7 @@ for entry in "${entries[@]}"; do
         torch)
           backends=("${torch_backends[@]}")
           [ $fa4_ok = 1 ] && ! grep -qxF "$shape" <<<"$decode_shapes" && backends+=(fa4)
+          [ ${#backends[@]} -gt 0 ] || continue  # BACKENDS=fa4 at a decode shape, or without FA4
           order=()
           for ((j = 0; j < ${#backends[@]}; j++)); do
             order+=("${backends[$(( (j + round - 1) % ${#backends[@]} ))]}")

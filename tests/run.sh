@@ -432,6 +432,7 @@ bins=$(grep -o 'build/step[0-9][0-9]/fa2' "$LOG/cli.err" | tr '\n' ' ')
 [ "$bins" = "build/step11/fa2 build/step12/fa2 " ] && result PASS "... which would run steps 11 and 12 alone" ||
   result FAIL "compare.sh STEPS='11 12'" "it would run $bins"
 expect_error 2 "compare.sh refuses STEPS naming no step" env STEPS="11 99" bash reference/compare.sh bench
+expect_error 2 "compare.sh refuses BACKENDS naming no backend" env BACKENDS="flash,xla" bash reference/compare.sh bench
 expect_error 2 "compare.sh refuses STEPS naming a step SHAPES=bench does not run" env PATH="$PWD/$cmp_dir/bin:$PATH" STEPS=14 bash "$cmp_dir/reference/compare.sh" bench
 n=$(bash -c '. reference/shapes.sh; shapes_of backward' | wc -l)
 [ "$n" = 6 ] && result PASS "reference/shapes.txt has the six backward shapes" || result FAIL "the backward set of shapes.txt" "$n shapes, want 6"

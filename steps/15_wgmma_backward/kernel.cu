@@ -32,6 +32,8 @@
  *             then dQ part = dS K: m64n64k16 over the 128 keys, A: dS K-major,
  *             B: K MN-major; staged in shared memory, handed to the producer's warp 1 on a
  *             named barrier, which adds it into the fp32 workspace by cp.reduce.async.bulk.
+ *             At d128 under a causal mask dK is issued after dQ instead, so that dQ's part is
+ *             staged while the tensor cores run dK (DQ_FIRST; where it pays is measured).
  *
  * Why keys as the wgmma M ("swap"). A wgmma's accumulator rows are its M: with S^T = K Q^T a
  * consumer holds P^T for its keys, exactly the A that dV = P^T dO needs, so P never goes through
@@ -1078,7 +1080,7 @@ __global__ void __launch_bounds__(BWD_ROW_THREADS) bwd_prep_kernel(const BwdArgs
 // Kernel 2: one block per (key block of 128 keys, kv head, batch), 384 threads: the producer
 // warpgroup (warp 0: every TMA copy; warp 1: dQ's bulk reduce-adds) and two consumers. The header
 // says what each does per step; the comments below say why each wait is where it is.
-template <typename T, int D>
+template <typename T, int D, bool DQ_FIRST>
 __global__ void __launch_bounds__(BWD_THREADS, 1)
     fa2_bwd_wgmma_kernel(const BwdArgs a, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map)
@@ -1314,11 +1316,11 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
             ds_frag[j][2] = pack2<T>(dp_acc[2 * j + 1][0], dp_acc[2 * j + 1][1]);
             ds_frag[j][3] = pack2<T>(dp_acc[2 * j + 1][2], dp_acc[2 * j + 1][3]);
         }
-        // dV += P^T dO (BLOCK_M / 16 k-steps), then the dS stores while it runs, then dK += dS^T Q,
-        // one commit group. The stores read ds_frag, dK's register A: the PTX ISA makes any access
-        // to a wgmma's A registers before a wait_group covering it undefined, so they come before
-        // dK is issued (FlashAttention-3 also stores dS before its dV and dK products), and the
-        // second wgmma.fence orders those reads before dK's.
+        // dV += P^T dO (BLOCK_M / 16 k-steps), then the dS stores while it runs. The stores read
+        // ds_frag, dK's register A: the PTX ISA makes any access to a wgmma's A registers before a
+        // wait_group covering it undefined, so they come before dK is issued (FlashAttention-3 also
+        // stores dS before its dV and dK products), and a wgmma.fence orders those reads before
+        // dK's. dK goes here, before the barrier, unless dQ goes first (DQ_FIRST, below).
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dv_acc, p_frag[j], desc_advance(do_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
@@ -1328,9 +1330,14 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
         // 8 query rows of 8 keys, 16 contiguous bytes (ds_row says where this lane's row goes).
 #pragma unroll
         for (int j = 0; j < BLOCK_M / WG_K; j++) stmatrix_x4_trans(ds_row + ds_off + j * WG_K * SWIZZLE_BYTES, ds_frag[j]);
-        wgmma_fence();
+        auto issue_dk = [&] {
 #pragma unroll
-        for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dk_acc, ds_frag[j], desc_advance(q_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
+            for (int j = 0; j < BLOCK_M / WG_K; j++) wgmma_rs<T, D>(dk_acc, ds_frag[j], desc_advance(q_mn_desc, q_off + j * WG_K * SWIZZLE_BYTES));
+        };
+        if constexpr (!DQ_FIRST) {
+            wgmma_fence();
+            issue_dk();
+        }
         wgmma_commit();
 
         // Both consumers' dS stored, and visible to the async proxy, before either reads the
@@ -1340,7 +1347,9 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
         fence_proxy_async();
         named_barrier_sync(BAR_DS, BWD_CONSUMERS * WARPGROUP);
 
-        // dQ part = dS K: 64 x 64, over the block's 128 keys.
+        // dQ part = dS K: 64 x 64, over the block's 128 keys. DQ_FIRST: dK after it, in a commit
+        // group of its own, so that dQ completes first and its part is staged while the tensor
+        // cores run dK, where otherwise they idle through the staging.
         float dq_acc[DQ_PART_COLS / MMA_N][4];  // [d-tile][c0..c3] of the consumer's part
         fence_registers(dq_acc);
         wgmma_fence();
@@ -1349,18 +1358,25 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
             wgmma_ss<T, DQ_PART_COLS, 1>(dq_acc, desc_advance(ds_desc, ds_off + kk / 4 * L::Q_SLAB + kk % 4 * 32),
                                          desc_advance(k_mn_desc, kk * WG_K * SWIZZLE_BYTES), kk > 0);
         wgmma_commit();
-        wgmma_wait<0>();
+        if constexpr (DQ_FIRST) {
+            issue_dk();
+            wgmma_commit();
+        }
+        // Every read of this stage's Q, dO, LSE and D is done (this thread's) once the products
+        // reading them completed: release them. Each thread arrives, not one per warp: LSE and D
+        // were read by every lane with ordinary loads, and an mbarrier arrive releases only the
+        // arriving thread's own accesses (the PTX memory model), so one lane's arrive would let the
+        // copy engine overwrite what another lane has not been ordered to finish reading.
+        auto release_q = [&] {
+            fence_registers(dk_acc);
+            fence_registers(ds_frag);  // the registers wgmma read stay theirs until it completed
+            mbarrier_arrive(q_empty + stage * 8);
+        };
+        wgmma_wait<DQ_FIRST ? 1 : 0>();  // dV and dQ complete, and dK unless it runs on
         fence_registers(dv_acc);
-        fence_registers(dk_acc);
         fence_registers(dq_acc);
-        fence_registers(p_frag);   // the registers wgmma read stay theirs until it completed
-        fence_registers(ds_frag);
-        // Every read of this stage's Q, dO, LSE and D is done (this thread's): release them. Each
-        // thread arrives, not one per warp: LSE and D were read by every lane with ordinary loads,
-        // and an mbarrier arrive releases only the arriving thread's own accesses (the PTX memory
-        // model), so one lane's arrive would let the copy engine overwrite what another lane has
-        // not been ordered to finish reading.
-        mbarrier_arrive(q_empty + stage * 8);
+        fence_registers(p_frag);
+        if constexpr (!DQ_FIRST) release_q();
         mbarrier_arrive(do_empty + stage * 8);
         // The part into the staging buffer in pair order (accumulators 2q and 2q + 1 of thread t,
         // two neighbouring columns of one row, as one 8-byte store at q x 256 + 2t: a warp's 32
@@ -1375,6 +1391,10 @@ __global__ void __launch_bounds__(BWD_THREADS, 1)
             for (int h = 0; h < 2; h++) dq_part[(dt * 2 + h) * WARPGROUP] = make_float2(dq_acc[dt][2 * h], dq_acc[dt][2 * h + 1]);
         fence_proxy_async();
         named_barrier_arrive(BAR_DQ_FULL + c, WARPGROUP + 32);
+        if constexpr (DQ_FIRST) {
+            wgmma_wait<0>();  // dK complete
+            release_q();
+        }
     };
 
     if (steps > 0) mbarrier_wait(kv_full, 0);
@@ -1513,7 +1533,11 @@ static int launch_backward(const fa2_bwd_params *bp, int deterministic, cudaStre
     const int prep_grid = (int)std::min((bwd_padded_rows(p) * (D / 8) + BWD_ROW_THREADS - 1) / BWD_ROW_THREADS, wave);
     bwd_prep_kernel<T, D><<<prep_grid, BWD_ROW_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
-    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_bwd_wgmma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    // dQ before dK (the kernel's DQ_FIRST) at d128 under a causal mask, where it measured 2-3%
+    // faster; at d64 it held 32 more registers across dK and measured 3% slower, at d128 without
+    // the mask 2% slower on the large grid (docs/measurements/15_wgmma_backward.md).
+    const auto kernel = D == 128 && p->causal ? fa2_bwd_wgmma_kernel<T, D, D == 128> : fa2_bwd_wgmma_kernel<T, D, false>;
+    FA2_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     // Key blocks in x (deterministic: dq_partials of them per launch, in order), kv heads and
     // batch in y and z, one launch per 65,535 x 65,535 of them; the kernel adds n_block0,
     // head_kv0 and batch0 to its block index.
@@ -1523,7 +1547,7 @@ static int launch_backward(const fa2_bwd_params *bp, int deterministic, cudaStre
             for (int h0 = 0; h0 < p->heads_kv; h0 += FA2_GRID_YZ_MAX) {
                 a.n_block0 = nb0, a.batch0 = b0, a.head_kv0 = h0;
                 dim3 grid(std::min(per_launch, n_blocks - nb0), std::min(FA2_GRID_YZ_MAX, p->heads_kv - h0), std::min(FA2_GRID_YZ_MAX, p->batch - b0));
-                fa2_bwd_wgmma_kernel<T, D><<<grid, BWD_THREADS, smem_bytes, stream>>>(a, maps[0], maps[1], maps[2], maps[3]);
+                kernel<<<grid, BWD_THREADS, smem_bytes, stream>>>(a, maps[0], maps[1], maps[2], maps[3]);
                 FA2_CUDA_TRY(cudaGetLastError());
             }
     const int convert_grid = (int)std::min(((int64_t)p->batch * p->heads_q * p->seqlen_q * (D / 8) + BWD_ROW_THREADS - 1) / BWD_ROW_THREADS, wave);
