@@ -146,7 +146,17 @@ elif [ $table = fa4 ]; then
   # the steps each run timed (compare.sh's STEPS), from the rows: the forward's, the backward's
   steps_of() { awk -F, -v bwd="$1" 'FNR > 1 && $1 ~ /^[0-9][0-9]_/ && ($1 ~ /_backward$/) == bwd { print substr($1, 1, 2) }' "$csv" |
                  sort -u | paste -sd, -; }
-  command="STEPS=$(steps_of 0) make compare SHAPES=bench\` and \`STEPS=$(steps_of 1) make compare SHAPES=backward"
+  # ... and the torch backends and FA4 it timed (compare.sh's BACKENDS), named where not all
+  backends_of() {
+    local names
+    names=$(awk -F, -v bwd="$1" 'FNR > 1 && ($1 ~ /^torch_sdpa_/ || $1 ~ /^fa4/) && ($1 ~ /_backward$/) == bwd {
+              n = $1; sub(/^torch_sdpa_/, "", n); sub(/_backward$/, "", n); seen[n] = 1 }
+            END { split("flash cudnn efficient math default fa4", all, " ")
+                  for (i = 1; i <= 6; i++) if (all[i] in seen) { out = out sep all[i]; sep = " "; k++ }
+                  if (k < 6) print out }' "$csv")
+    [ -z "$names" ] || echo "BACKENDS=\"$names\" "
+  }
+  command="STEPS=$(steps_of 0) $(backends_of 0)make compare SHAPES=bench\` and \`STEPS=$(steps_of 1) $(backends_of 1)make compare SHAPES=backward"
 elif has_rows_of sweep bench; then command='make compare SHAPES=all'; elif has_rows_of bench seed; then command='make compare SHAPES=bench'; fi
 rounds=$(rounds_of)
 [ $table = decode ] && [ -f "$bandwidth_csv" ] || bandwidth_csv=""

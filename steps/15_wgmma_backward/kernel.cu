@@ -32,8 +32,8 @@
  *             then dQ part = dS K: m64n64k16 over the 128 keys, A: dS K-major,
  *             B: K MN-major; staged in shared memory, handed to the producer's warp 1 on a
  *             named barrier, which adds it into the fp32 workspace by cp.reduce.async.bulk.
- *             At d128 under a causal mask dK is issued after dQ instead, so that dQ's part is
- *             staged while the tensor cores run dK (DQ_FIRST; where it pays is measured).
+ *             At d128 dK is issued after dQ instead, so that dQ's part is staged while the
+ *             tensor cores run dK (DQ_FIRST; at d64 it measured slower).
  *
  * Why keys as the wgmma M ("swap"). A wgmma's accumulator rows are its M: with S^T = K Q^T a
  * consumer holds P^T for its keys, exactly the A that dV = P^T dO needs, so P never goes through
@@ -1533,10 +1533,10 @@ static int launch_backward(const fa2_bwd_params *bp, int deterministic, cudaStre
     const int prep_grid = (int)std::min((bwd_padded_rows(p) * (D / 8) + BWD_ROW_THREADS - 1) / BWD_ROW_THREADS, wave);
     bwd_prep_kernel<T, D><<<prep_grid, BWD_ROW_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
-    // dQ before dK (the kernel's DQ_FIRST) at d128 under a causal mask, where it measured 2-3%
-    // faster; at d64 it held 32 more registers across dK and measured 3% slower, at d128 without
-    // the mask 2% slower on the large grid (docs/measurements/15_wgmma_backward.md).
-    const auto kernel = D == 128 && p->causal ? fa2_bwd_wgmma_kernel<T, D, D == 128> : fa2_bwd_wgmma_kernel<T, D, false>;
+    // dQ before dK (the kernel's DQ_FIRST) at d128, where it measured 2-3% faster; at d64, whose
+    // S^T and dP^T take twice the registers, 3% slower (docs/measurements/15_wgmma_backward.md).
+    constexpr bool DQ_FIRST = D == 128;
+    const auto kernel = fa2_bwd_wgmma_kernel<T, D, DQ_FIRST>;
     FA2_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     // Key blocks in x (deterministic: dq_partials of them per launch, in order), kv heads and
     // batch in y and z, one launch per 65,535 x 65,535 of them; the kernel adds n_block0,
