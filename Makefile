@@ -143,6 +143,7 @@ VARIANT_DIR = $(BUILD)/variants/$(NAME)
 variant: check-step $(BUILD)/common/main.o $(HARNESS_O)
 	@if [ -z "$(NAME)" ]; then echo "error: NAME='' (allowed: a folder name under $(BUILD)/variants)"; exit 2; fi
 	@mkdir -p $(VARIANT_DIR)
+	@echo $(step) > $(VARIANT_DIR)/step  # whose variant it is: tools/sanitize.sh reads it
 	@$(NVCC) $(NVCC_OPTS) $(call step_gencode,$(step)) $(DEFINES) -Xptxas -v -c $(or $(SRC),$(wildcard $(STEP_DIR)/kernel.cu)) \
 	  -o $(VARIANT_DIR)/kernel.o 2>$(VARIANT_DIR)/ptxas.txt || { cat $(VARIANT_DIR)/ptxas.txt; exit 1; }
 	@$(NVCC) $(call step_gencode,$(step)) -Xcompiler -fopenmp $(VARIANT_DIR)/kernel.o $(BUILD)/common/main.o $(HARNESS_O) $(CUDA_LIBS) -o $(VARIANT_DIR)/fa2

@@ -256,6 +256,15 @@ else
   result FAIL "ab.sh --medians on tests/data/ab-bwd-h100.csv"
 fi
 expect_error 2 "ab.sh --medians refuses a missing CSV" bash tools/ab.sh --medians /nonexistent.csv
+# sanitize.sh takes a variant's shapes from the step its folder's file `step` names (make
+# variant writes it): a variant of step 15 gets step 15's twelve backward runs (four tools,
+# three shapes); without the file, none. A stand-in sanitizer (true) runs nothing.
+mkdir -p "$LOG/variants/v15" && cp build/step00/fa2 "$LOG/variants/v15/fa2" && echo 15 >"$LOG/variants/v15/step"
+n_named=$(COMPUTE_SANITIZER=true bash tools/sanitize.sh "$LOG/variants/v15/fa2" | grep -c -- '--backward')
+rm "$LOG/variants/v15/step"
+n_unnamed=$(COMPUTE_SANITIZER=true bash tools/sanitize.sh "$LOG/variants/v15/fa2" | grep -c -- '--backward')
+[ "$n_named" = 12 ] && [ "$n_unnamed" = 0 ] && result PASS "sanitize.sh runs a variant of step 15 on step 15's backward shapes" ||
+  result FAIL "sanitize.sh on a variant of step 15" "$n_named backward runs with its step file (want 12), $n_unnamed without (want 0)"
 # the unfused cuBLAS baseline is checked by the same matrix
 if [ -f build/reference/cublas/libfa2.so ]; then result PASS "build reference/cublas_unfused"; gpu_libs+=("build/reference/cublas/libfa2.so")
 else result FAIL "build reference/cublas_unfused" "see $LOG/build-gpu.log"; fi

@@ -7,6 +7,11 @@
 #   an FA2_EMULATE preset (make test runs every portable step so under every preset).
 set -uo pipefail
 bin=$1
+# The step the binary is of: its folder's name (build/stepNN), or for a variant (make variant:
+# build/variants/NAME) the step number its folder's file `step` holds. The step decides the
+# shapes below (its backward, its KV cache, step 12's three consumers).
+step_dir=$(basename "$(dirname "$bin")")
+[ -f "$(dirname "$bin")/step" ] && step_dir=step$(cat "$(dirname "$bin")/step")
 CS=${COMPUTE_SANITIZER:-$(command -v compute-sanitizer || true)}
 if [ -z "$CS" ]; then
   echo "error: compute-sanitizer not found: it ships with the CUDA Toolkit (or set COMPUTE_SANITIZER=...)"; exit 2
@@ -31,7 +36,7 @@ shapes=("--batch 1 --heads 2 --seqlen 128 --dim 64"
 # per SM); for step 13, decode at both head dims (its layout for the preset's shared
 # memory, split and merged); for a step with one configuration, the first alone.
 if [ "${2:-}" = preset ]; then
-  case $(basename "$(dirname "$bin")") in
+  case $step_dir in
     step07|step08) shapes=("--batch 1 --heads 6 --kv-heads 2 --seqlen 256 --dim 128 --scale 4"
                     "--batch 2 --heads 96 --kv-heads 32 --seqlen 200 --dim 64 --causal") ;;
     step13) shapes=("--batch 1 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --dim 128 --causal --dtype bf16"
@@ -44,9 +49,9 @@ fi
 # of 16 keys (tiles cross pages; every row no sequence owns is NaN) and of 256
 # step 12's causal items of three consumers: d64, at least 8192 keys, more 128-row items than
 # an H100's or H200's 132 SMs
-[ "${2:-}" != preset ] && [ "$(basename "$(dirname "$bin")")" = step12 ] &&
+[ "${2:-}" != preset ] && [ "$step_dir" = step12 ] &&
   shapes+=("--batch 1 --heads 136 --kv-heads 34 --seqlen-q 64 --seqlen-k 8200 --dim 64 --causal")
-src=$(ls "$(dirname "$0")/../steps/$(basename "$(dirname "$bin")" | sed 's/^step//')"_*/kernel.cu 2>/dev/null | head -n 1)
+src=$(ls "$(dirname "$0")/../steps/${step_dir#step}"_*/kernel.cu 2>/dev/null | head -n 1)
 if [ -n "$src" ] && ! grep -q fa2_refuse_kv_cache "$src"; then
   shapes+=("--batch 3 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --seqlens-k 3000,0,17 --page-size 16 --dim 128 --causal --dtype bf16"
            "--batch 3 --heads 8 --kv-heads 8 --seqlen-q 1 --seqlen-k 2000 --seqlens-k 1,2000,257 --page-size 256 --dim 64")
