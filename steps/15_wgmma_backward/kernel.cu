@@ -1080,13 +1080,17 @@ __global__ void __launch_bounds__(BWD_ROW_THREADS) bwd_prep_kernel(const BwdArgs
 // Kernel 2: one block per (key block of 128 keys, kv head, batch), 384 threads: the producer
 // warpgroup (warp 0: every TMA copy; warp 1: dQ's bulk reduce-adds) and two consumers. The header
 // says what each does per step; the comments below say why each wait is where it is.
-template <typename T, int D, bool DQ_FIRST>
+template <typename T, int D>
 __global__ void __launch_bounds__(BWD_THREADS, 1)
     fa2_bwd_wgmma_kernel(const BwdArgs a, const __grid_constant__ CUtensorMap q_map, const __grid_constant__ CUtensorMap k_map,
                          const __grid_constant__ CUtensorMap v_map, const __grid_constant__ CUtensorMap do_map)
 {
     using L = BwdTile<D>;
     constexpr int BLOCK_M = L::BLOCK_M, BLOCK_N = BWD_BLOCK_N;
+    // dQ before dK at d128 (below: dQ's part is staged while dK runs), where it measured 2-3%
+    // faster; at d64, whose S^T and dP^T take twice the registers, 3% slower
+    // (docs/measurements/15_wgmma_backward.md).
+    constexpr bool DQ_FIRST = D == 128;
     const fa2_bwd_params &bp = a.p;
     const fa2_params &p = a.p.fwd;
     extern __shared__ __align__(16) uint16_t smem[];
@@ -1533,11 +1537,7 @@ static int launch_backward(const fa2_bwd_params *bp, int deterministic, cudaStre
     const int prep_grid = (int)std::min((bwd_padded_rows(p) * (D / 8) + BWD_ROW_THREADS - 1) / BWD_ROW_THREADS, wave);
     bwd_prep_kernel<T, D><<<prep_grid, BWD_ROW_THREADS, 0, stream>>>(a);
     FA2_CUDA_TRY(cudaGetLastError());
-    // dQ before dK (the kernel's DQ_FIRST) at d128, where it measured 2-3% faster; at d64, whose
-    // S^T and dP^T take twice the registers, 3% slower (docs/measurements/15_wgmma_backward.md).
-    constexpr bool DQ_FIRST = D == 128;
-    const auto kernel = fa2_bwd_wgmma_kernel<T, D, DQ_FIRST>;
-    FA2_CUDA_TRY(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+    FA2_CUDA_TRY(cudaFuncSetAttribute(fa2_bwd_wgmma_kernel<T, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
     // Key blocks in x (deterministic: dq_partials of them per launch, in order), kv heads and
     // batch in y and z, one launch per 65,535 x 65,535 of them; the kernel adds n_block0,
     // head_kv0 and batch0 to its block index.
@@ -1547,7 +1547,7 @@ static int launch_backward(const fa2_bwd_params *bp, int deterministic, cudaStre
             for (int h0 = 0; h0 < p->heads_kv; h0 += FA2_GRID_YZ_MAX) {
                 a.n_block0 = nb0, a.batch0 = b0, a.head_kv0 = h0;
                 dim3 grid(std::min(per_launch, n_blocks - nb0), std::min(FA2_GRID_YZ_MAX, p->heads_kv - h0), std::min(FA2_GRID_YZ_MAX, p->batch - b0));
-                kernel<<<grid, BWD_THREADS, smem_bytes, stream>>>(a, maps[0], maps[1], maps[2], maps[3]);
+                fa2_bwd_wgmma_kernel<T, D><<<grid, BWD_THREADS, smem_bytes, stream>>>(a, maps[0], maps[1], maps[2], maps[3]);
                 FA2_CUDA_TRY(cudaGetLastError());
             }
     const int convert_grid = (int)std::min(((int64_t)p->batch * p->heads_q * p->seqlen_q * (D / 8) + BWD_ROW_THREADS - 1) / BWD_ROW_THREADS, wave);
