@@ -44,13 +44,13 @@ if [ "${2:-}" = preset ]; then
     *) shapes=("--batch 1 --heads 6 --kv-heads 2 --seqlen 256 --dim 128 --scale 4") ;;
   esac
 fi
-# A step that takes a KV cache (its kernel does not call fa2_refuse_kv_cache), under a preset
-# too: decode against lengths per sequence (0, 1, the longest) with K and V in shuffled pages
-# of 16 keys (tiles cross pages; every row no sequence owns is NaN) and of 256
 # step 12's causal items of three consumers: d64, at least 8192 keys, more 128-row items than
 # an H100's or H200's 132 SMs
 [ "${2:-}" != preset ] && [ "$step_dir" = step12 ] &&
   shapes+=("--batch 1 --heads 136 --kv-heads 34 --seqlen-q 64 --seqlen-k 8200 --dim 64 --causal")
+# A step that takes a KV cache (its kernel does not call fa2_refuse_kv_cache), under a preset
+# too: decode against lengths per sequence (0, 1, the longest) with K and V in shuffled pages
+# of 16 keys (tiles cross pages; every row no sequence owns is NaN) and of 256
 src=$(ls "$(dirname "$0")/../steps/${step_dir#step}"_*/kernel.cu 2>/dev/null | head -n 1)
 if [ -n "$src" ] && ! grep -q fa2_refuse_kv_cache "$src"; then
   shapes+=("--batch 3 --heads 8 --kv-heads 2 --seqlen-q 3 --seqlen-k 3000 --seqlens-k 3000,0,17 --page-size 16 --dim 128 --causal --dtype bf16"
