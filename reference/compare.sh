@@ -73,21 +73,20 @@ for id in ${STEPS//,/ }; do
   fi
   [[ $step_ids == *" $id "* ]] || step_ids+="$id "
 done
-all_backends=(flash cudnn efficient math default fa4)
-BACKENDS=${BACKENDS:-${all_backends[*]}}
-torch_backends=()  # the torch backends BACKENDS names, in the order of all_backends; fa4 apart
-want_fa4=0
-for name in ${BACKENDS//,/ }; do
-  [[ " ${all_backends[*]} " == *" $name "* ]] ||
-    { echo "error: compare.sh: BACKENDS='$BACKENDS' is not allowed (allowed: names among ${all_backends[*]})" >&2; exit 2; }
-done
-for name in "${all_backends[@]}"; do
-  [[ " ${BACKENDS//,/ } " == *" $name "* ]] || continue
-  if [ "$name" = fa4 ]; then want_fa4=1; else torch_backends+=("$name"); fi
-done
 # Shapes as "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype[ options]", each once.
 # shellcheck source=reference/shapes.sh
 . reference/shapes.sh
+BACKENDS=${BACKENDS:-$COMPARE_BACKENDS}
+torch_backends=()  # the torch backends BACKENDS names, in COMPARE_BACKENDS' order; fa4 apart
+want_fa4=0
+for name in ${BACKENDS//,/ }; do
+  [[ " $COMPARE_BACKENDS " == *" $name "* ]] ||
+    { echo "error: compare.sh: BACKENDS='$BACKENDS' is not allowed (allowed: names among $COMPARE_BACKENDS)" >&2; exit 2; }
+done
+for name in $COMPARE_BACKENDS; do
+  [[ " ${BACKENDS//,/ } " == *" $name "* ]] || continue
+  if [ "$name" = fa4 ]; then want_fa4=1; else torch_backends+=("$name"); fi
+done
 for s in "${sets[@]}" seed; do shapes_of "$s" >/dev/null || exit 2; done  # a malformed shape: its one line
 mapfile -t shapes < <(for s in "${sets[@]}"; do shapes_of "$s"; done | awk '!seen[$0]++')
 # What each shape times, the forward (F) or the backward (B): one or the other for a whole set,

@@ -151,9 +151,9 @@ elif [ $table = fa4 ]; then
     local names
     names=$(awk -F, -v bwd="$1" 'FNR > 1 && ($1 ~ /^torch_sdpa_/ || $1 ~ /^fa4/) && ($1 ~ /_backward$/) == bwd {
               n = $1; sub(/^torch_sdpa_/, "", n); sub(/_backward$/, "", n); seen[n] = 1 }
-            END { split("flash cudnn efficient math default fa4", all, " ")
-                  for (i = 1; i <= 6; i++) if (all[i] in seen) { out = out sep all[i]; sep = " "; k++ }
-                  if (k < 6) print out }' "$csv")
+            END { n_all = split(all_names, all, " ")
+                  for (i = 1; i <= n_all; i++) if (all[i] in seen) { out = out sep all[i]; sep = " "; k++ }
+                  if (k < n_all) print out }' all_names="$COMPARE_BACKENDS" "$csv")
     [ -z "$names" ] || echo "BACKENDS=\"$names\" "
   }
   command="STEPS=$(steps_of 0) $(backends_of 0)make compare SHAPES=bench\` and \`STEPS=$(steps_of 1) $(backends_of 1)make compare SHAPES=backward"

@@ -1,6 +1,9 @@
 # shapes.sh - sourced by the scripts that read reference/shapes.txt (compare.sh,
 # readme_table.sh, steps/07_tuned/sweep.sh), from the repository root. SHAPES_TXT names
 # another file of the same form (the tests give it one).
+# The contenders compare.sh times beside the steps and cuBLAS, by the names its BACKENDS takes:
+# torch SDPA's backends, then FlashAttention-4 (readme_table.sh names a run's subset of them).
+COMPARE_BACKENDS="flash cudnn efficient math default fa4"
 # shapes_of SET: the shapes of one set, one per line, as
 #   "batch heads_q heads_kv seqlen_q seqlen_k head_dim causal dtype[ page=N][ lens=A..B]"
 #   (the options as shapes.txt's header describes them). A malformed option, or a shape of
