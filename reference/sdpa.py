@@ -279,14 +279,27 @@ class Results:
 REFUSALS = (RuntimeError, NotImplementedError, ValueError, AssertionError, TypeError)
 
 
-def forward_launch(name, inputs, shape, mask):
+def backend_context(name):
+    """SDPA held to backend `name` while it is entered: torch's own choice for default, and
+    nothing to hold for fa4."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    backend = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
+               "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}.get(name)
+    return sdpa_kernel(backend) if backend is not None else contextlib.nullcontext()
+
+
+def forward_launch(name, inputs, shape):
     """The forward of backend `name` on the [B, H, N, d] views `inputs`, as a function that
     returns O as a [B, H, N, d] view; or None and the one line why not. FA4 is called on the
     [B, N, H, d] storage those views are of, as FA2 and the steps are."""
     import torch.nn.functional as F
+    from torch.nn.attention.bias import causal_lower_right
     q, k, v = inputs
     b, h, hkv, nq, nk, d, causal, dtype = shape
     if name != "fa4":
+        # torch's is_causal is top-left aligned; FA2's (and the steps') bottom-right mask is
+        # the same only when seqlen_q = seqlen_k, else it is causal_lower_right.
+        mask = causal_lower_right(nq, nk) if causal and nq != nk else None
         return (lambda: F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=bool(causal) and mask is None,
                                                        enable_gqa=hkv != h)), ""
     fa4, why = fa4_func()
@@ -298,28 +311,19 @@ def forward_launch(name, inputs, shape, mask):
 
 def run_sdpa_backends(torch, args, shape, timer, results, inputs, ref):
     """One row per backend, in the order given; returns the default backend's output (or None)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.bias import causal_lower_right
-
-    q, k, v = inputs
-    b, h, hkv, nq, nk, d, causal, dtype = shape
-    backend_of = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
-    # torch's is_causal is top-left aligned; FA2's (and the steps') bottom-right mask is
-    # the same only when seqlen_q = seqlen_k, else it is causal_lower_right.
-    mask = causal_lower_right(nq, nk) if causal and nq != nk else None
+    nq, dtype = shape[3], shape[7]
     rows = sample_rows(nq)
     default_out = None
     for name in args.backends:
         step, text = BACKENDS[name]
-        launch, why = forward_launch(name, inputs, shape, mask)
+        launch, why = forward_launch(name, inputs, shape)
         if launch is None:
             results.add(step, text, shape, why=why)
             continue
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with sdpa_kernel(backend_of[name]) if backend_of.get(name) is not None else contextlib.nullcontext():
+                with backend_context(name):
                     o = launch()
                     err = errors(o[:, :, rows, :], ref[0], None, ref[1]) if ref else None
                     timing = timer(launch)
@@ -337,18 +341,12 @@ def run_sdpa_backends(torch, args, shape, timer, results, inputs, ref):
 def run_sdpa_backward(torch, args, shape, timer, results, inputs, dout, ref):
     """One backward row per backend, in the order given: the forward once, untimed, then the
     backward alone timed (torch.autograd.grad of that output, the graph kept for the next)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    from torch.nn.attention.bias import causal_lower_right
-
     q, k, v = inputs
-    b, h, hkv, nq, nk, d, causal, dtype = shape
-    backend_of = {"flash": SDPBackend.FLASH_ATTENTION, "cudnn": SDPBackend.CUDNN_ATTENTION,
-                  "efficient": SDPBackend.EFFICIENT_ATTENTION, "math": SDPBackend.MATH}
-    mask = causal_lower_right(nq, nk) if causal and nq != nk else None  # as the forward's rows
+    dtype = shape[7]
     for name in args.backends:
         step, text = BACKENDS[name]
         step, text = step + "_backward", text + ", backward"
-        forward, why = forward_launch(name, inputs, shape, mask)
+        forward, why = forward_launch(name, inputs, shape)
         if forward is None:
             results.add(step, text, shape, why=why)
             continue
@@ -356,7 +354,7 @@ def run_sdpa_backward(torch, args, shape, timer, results, inputs, dout, ref):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             try:
-                with sdpa_kernel(backend_of[name]) if backend_of.get(name) is not None else contextlib.nullcontext():
+                with backend_context(name):
                     o = forward()
 
                     def launch():
